@@ -1,0 +1,100 @@
+/**
+ * The one error type every client in this package raises. Node-RED copies `message`, `code` and `cause`
+ * into a Catch node's `msg.error`, so all three must be free of keys, tokens and signed addresses.
+ */
+
+/** The codes of the package contract (CONTRACT.md, "Errors"). */
+export type ErrorCode =
+  | 'invalid_request'
+  | 'unauthorized'
+  | 'insufficient_credits'
+  | 'subscription_inactive'
+  | 'rate_limited'
+  | 'server_error'
+  | 'network'
+  | 'invalid_input';
+
+export interface ErrorDetails {
+  status?: number;
+  body?: unknown;
+}
+
+export class ServiceError extends Error {
+  readonly code: ErrorCode;
+  override readonly cause: ErrorDetails;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
+    super(message);
+    this.name = 'ServiceError';
+    this.code = code;
+    this.cause = details;
+  }
+}
+
+/** A refused input: raised before anything is sent. */
+export function invalidInput(message: string): ServiceError {
+  return new ServiceError('invalid_input', message);
+}
+
+/** Maps an HTTP status to the contract's code. A 429 with Retry-After is a rate limit, not a lapsed plan. */
+export function codeForStatus(status: number, hasRetryAfter = false): ErrorCode {
+  if (status === 401 || status === 403) return 'unauthorized';
+  if (status === 402) return 'insufficient_credits';
+  if (status === 429) return hasRetryAfter ? 'rate_limited' : 'subscription_inactive';
+  if (status >= 500) return 'server_error';
+  return 'invalid_request';
+}
+
+const MAX_MESSAGE_LENGTH = 300;
+
+/**
+ * The human part of a service's error body, whatever its shape: `{code, message}`, `{message}`,
+ * `{error: {type, message, details}, node_errors}`, `{error: "..."}`, or plain text.
+ */
+export function messageFromBody(body: unknown): string | undefined {
+  let text: string | undefined;
+  if (typeof body === 'string') {
+    text = body.trim();
+  } else if (body && typeof body === 'object') {
+    const record = body as Record<string, unknown>;
+    const error = record.error;
+    if (typeof error === 'string') text = error;
+    else if (error && typeof error === 'object') {
+      const inner = error as Record<string, unknown>;
+      text = [inner.message, inner.details].filter((part) => typeof part === 'string' && part).join(': ');
+    }
+    if (!text && typeof record.message === 'string') text = record.message;
+    if (!text && typeof record.detail === 'string') text = record.detail;
+  }
+  if (!text) return undefined;
+  return text.length > MAX_MESSAGE_LENGTH ? `${text.slice(0, MAX_MESSAGE_LENGTH)}…` : text;
+}
+
+const URL_QUERY = /((?:https?|wss?):\/\/[^\s"'?#]+)\?[^\s"'#]*/g;
+
+/**
+ * Removes every secret from a string or a JSON-like value: each given secret is replaced, and the query of
+ * any address is cut off (signed addresses carry their signature there).
+ */
+export function redact<T>(value: T, secrets: ReadonlyArray<string | undefined>): T {
+  const present = secrets.filter(
+    (secret): secret is string => typeof secret === 'string' && secret.length > 0,
+  );
+  const clean = (input: unknown): unknown => {
+    if (typeof input === 'string') {
+      let text = input.replace(URL_QUERY, '$1?…');
+      for (const secret of present) {
+        text = text.split(secret).join('***');
+        const encoded = encodeURIComponent(secret);
+        if (encoded !== secret) text = text.split(encoded).join('***');
+      }
+      return text;
+    }
+    if (Array.isArray(input)) return input.map(clean);
+    if (input && typeof input === 'object') {
+      return Object.fromEntries(Object.entries(input).map(([key, inner]) => [key, clean(inner)]));
+    }
+    return input;
+  };
+  return clean(value) as T;
+}

@@ -1,0 +1,52 @@
+/**
+ * The few things every node file does alike: evaluate a TypedInput, report a failure so a Catch node sees
+ * it, and keep status texts short. Node files stay thin by calling these.
+ */
+import type { Node, NodeAPI, NodeMessage, NodeStatus } from 'node-red';
+import { ServiceError } from '../http/errors';
+
+/** Evaluates a TypedInput property for one message (callback form: JSONata and async context need it). */
+export function evaluateProperty(
+  RED: NodeAPI,
+  node: Node,
+  msg: NodeMessage,
+  value: string | undefined,
+  type: string | undefined,
+): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    if (value === undefined || value === '') {
+      resolve(undefined);
+      return;
+    }
+    RED.util.evaluateNodeProperty(value, type ?? 'str', node, msg, (error: Error | null, result: unknown) =>
+      error ? reject(error) : resolve(result),
+    );
+  });
+}
+
+/** Any thrown value as an Error with a contract code, so `msg.error.code` is always set. */
+export function asServiceError(error: unknown): ServiceError {
+  if (error instanceof ServiceError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new ServiceError('invalid_input', message);
+}
+
+const MAX_STATUS_TEXT = 20;
+
+export function shortText(text: string): string {
+  return text.length > MAX_STATUS_TEXT ? `${text.slice(0, MAX_STATUS_TEXT - 1)}…` : text;
+}
+
+export function statusFailed(reason: string): NodeStatus {
+  return { fill: 'red', shape: 'ring', text: shortText(reason) };
+}
+
+/**
+ * Ends a message in failure: red ring with the error code, and `done(error)` so Node-RED hands the
+ * message to Catch nodes with `message`, `code` and `cause` in `msg.error`.
+ */
+export function fail(node: Node, done: (error?: Error) => void, error: unknown): void {
+  const serviceError = asServiceError(error);
+  node.status(statusFailed(serviceError.code.replace(/_/g, ' ')));
+  done(serviceError);
+}

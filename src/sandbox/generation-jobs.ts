@@ -1,0 +1,106 @@
+/**
+ * The generation sandbox's shared state: jobs and stored files. The REST routes (generation-service.ts)
+ * create and read jobs; the event runner (generation-events.ts) moves them through their states and sends
+ * their events over the WebSocket. They meet only here.
+ */
+import { EventEmitter } from 'node:events';
+import { randomUUID } from 'node:crypto';
+
+export type JobState = 'pending' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
+
+export interface FileRef {
+  filename: string;
+  subfolder: string;
+  type: string;
+}
+
+export interface SandboxJob {
+  id: string;
+  /** Queue position number, as self-hosted servers report it. */
+  number: number;
+  prompt: Record<string, unknown>;
+  clientId?: string;
+  extraData?: Record<string, unknown>;
+  state: JobState;
+  /** node id -> output object of its `executed` events, merged. */
+  outputs: Record<string, Record<string, unknown>>;
+  error?: { exception_type: string; exception_message: string; traceback: string[] };
+  createdAt: number;
+}
+
+/** A stored file: real bytes, or `size` bytes made on the fly when served (for large transfers). */
+export type StoredFile = { content: Buffer; contentType?: string } | { size: number; contentType?: string };
+
+export function fileKey(ref: FileRef): string {
+  return `${ref.type}/${ref.subfolder}/${ref.filename}`;
+}
+
+export interface GenerationJobsOptions {
+  /** The API key the service expects; undefined makes it a self-hosted server that checks none. */
+  apiKey?: string;
+}
+
+/**
+ * Emits 'submitted' (job), 'cancel' (job) and 'interrupt' (job) so the event runner can act on them.
+ */
+export class GenerationJobs extends EventEmitter {
+  readonly jobs = new Map<string, SandboxJob>();
+  readonly files = new Map<string, StoredFile>();
+  readonly apiKey?: string;
+  private nextNumber = 0;
+
+  constructor(options: GenerationJobsOptions = {}) {
+    super();
+    this.apiKey = options.apiKey;
+  }
+
+  get selfHosted(): boolean {
+    return this.apiKey === undefined;
+  }
+
+  submit(
+    prompt: Record<string, unknown>,
+    clientId?: string,
+    extraData?: Record<string, unknown>,
+  ): SandboxJob {
+    const job: SandboxJob = {
+      id: randomUUID(),
+      number: this.nextNumber++,
+      prompt,
+      clientId,
+      extraData,
+      state: 'pending',
+      outputs: {},
+      createdAt: Date.now(),
+    };
+    this.jobs.set(job.id, job);
+    this.emit('submitted', job);
+    return job;
+  }
+
+  /** Cancels a pending or running job; false when there is no such job or it has ended. */
+  cancel(id: string): boolean {
+    const job = this.jobs.get(id);
+    if (!job || (job.state !== 'pending' && job.state !== 'in_progress')) return false;
+    job.state = 'cancelled';
+    this.emit('cancel', job);
+    return true;
+  }
+
+  /** Interrupts the running job, if any. */
+  interrupt(): SandboxJob | undefined {
+    const job = this.running()[0];
+    if (!job) return undefined;
+    job.state = 'cancelled';
+    this.emit('interrupt', job);
+    return job;
+  }
+
+  running(): SandboxJob[] {
+    return [...this.jobs.values()].filter((job) => job.state === 'in_progress');
+  }
+
+  pending(): SandboxJob[] {
+    return [...this.jobs.values()].filter((job) => job.state === 'pending');
+  }
+}
