@@ -1,0 +1,260 @@
+/**
+ * A small JSON-over-HTTP client on one undici keep-alive Agent, shared by both services' clients. It adds
+ * the service's headers, maps every failure to a ServiceError with the contract's code and a sentence that
+ * says what to fix, removes secrets from everything it reports, and retries what is safe to retry:
+ * idempotent requests on network failure, 5xx and a 429 with Retry-After; any request whose connection
+ * failed before a byte was sent.
+ */
+import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
+import { ServiceError, codeForStatus, messageFromBody, redact, type ErrorCode } from './errors';
+import { DEFAULT_RETRY_POLICY, parseRetryAfter, withRetry, type RetryPolicy } from './retry';
+
+export interface HttpClientOptions {
+  /** Base address; request paths are appended to it (its own path prefix kept). */
+  baseUrl: string;
+  /** Headers on every request to the service (auth, accept). Never sent to any other host. */
+  headers?: Record<string, string>;
+  /** Values that must never appear in an error (keys, tokens). */
+  secrets?: Array<string | undefined>;
+  /** The service's name in error sentences, e.g. "the generation service". */
+  serviceName: string;
+  retry?: RetryPolicy;
+  /** Per-request time limit for headers and between body chunks. */
+  timeoutMs?: number;
+}
+
+export interface RequestOptions {
+  method?: Dispatcher.HttpMethod;
+  query?: Record<string, string | number | boolean | undefined>;
+  /** A JSON body (serialised here) or a stream/buffer sent as is with the given headers. */
+  json?: unknown;
+  body?: Dispatcher.DispatchOptions['body'];
+  headers?: Record<string, string>;
+  /**
+   * Whether repeating the request is harmless. Defaults to true for GET and HEAD. When false, the request
+   * is repeated only if the connection failed before it was sent.
+   */
+  idempotent?: boolean;
+  signal?: AbortSignal;
+  /** Statuses returned to the caller instead of raised (e.g. 404 for an optional endpoint). */
+  acceptStatus?: number[];
+  /** What the request is for, in error sentences: "listing workflows". */
+  action?: string;
+}
+
+export interface RawResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Dispatcher.ResponseData['body'];
+}
+
+/** undici codes that mean the request never left: safe to repeat even for a POST. */
+const NOT_SENT_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
+class NetworkFailure extends Error {
+  constructor(
+    readonly sent: boolean,
+    readonly original: unknown,
+  ) {
+    super('network failure');
+  }
+}
+
+export class HttpClient {
+  readonly agent: Agent;
+  private readonly base: URL;
+  private readonly options: HttpClientOptions;
+
+  constructor(options: HttpClientOptions) {
+    this.options = options;
+    this.base = new URL(options.baseUrl.endsWith('/') ? options.baseUrl : `${options.baseUrl}/`);
+    this.agent = new Agent({
+      keepAliveTimeout: 30_000,
+      connections: 16,
+      headersTimeout: options.timeoutMs ?? 60_000,
+      bodyTimeout: options.timeoutMs ?? 60_000,
+    });
+  }
+
+  /** The absolute address of a service path (`/api/...`), keeping the base's own prefix. */
+  url(path: string, query?: RequestOptions['query']): URL {
+    const url = new URL(path.replace(/^\//, ''), this.base);
+    for (const [key, value] of Object.entries(query ?? {})) {
+      if (value !== undefined) url.searchParams.set(key, String(value));
+    }
+    return url;
+  }
+
+  /** Removes this client's secrets (and signed queries) from a value. */
+  redact<T>(value: T): T {
+    return redact(value, this.options.secrets ?? []);
+  }
+
+  /** A request whose JSON answer is returned (undefined for an empty body); errors are raised. */
+  async json<T>(path: string, options: RequestOptions = {}): Promise<{ status: number; body: T }> {
+    const response = await this.send(path, options);
+    const text = await response.body.text();
+    if (text.trim() === '') return { status: response.status, body: undefined as T };
+    try {
+      return { status: response.status, body: JSON.parse(text) as T };
+    } catch {
+      throw new ServiceError(
+        'server_error',
+        `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON: check the base address in the config node`,
+        { status: response.status, body: this.redact(text.slice(0, 300)) },
+      );
+    }
+  }
+
+  /** A request whose answer is left for the caller to stream (the caller must consume or dump the body). */
+  async stream(path: string, options: RequestOptions = {}): Promise<RawResponse> {
+    return this.send(path, options);
+  }
+
+  /**
+   * A GET to an address outside the service (a signed download address): no service headers, no cookies,
+   * no redirects followed, nothing retried but a connection that failed.
+   */
+  async fetchForeign(address: string, signal?: AbortSignal): Promise<RawResponse> {
+    return withRetry(
+      async () => {
+        try {
+          const response = await request(address, { method: 'GET', dispatcher: this.agent, signal });
+          return { status: response.statusCode, headers: response.headers, body: response.body };
+        } catch (error) {
+          throw this.networkError(error, 'downloading a file from its signed address');
+        }
+      },
+      (error) => ({ retry: error instanceof ServiceError && error.code === 'network' }),
+      this.options.retry ?? DEFAULT_RETRY_POLICY,
+      signal,
+    );
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close().catch(() => this.agent.destroy());
+  }
+
+  private async send(path: string, options: RequestOptions): Promise<RawResponse> {
+    const method = options.method ?? 'GET';
+    const idempotent = options.idempotent ?? (method === 'GET' || method === 'HEAD');
+    const headers: Record<string, string> = { ...this.options.headers, ...options.headers };
+    let body = options.body;
+    if (options.json !== undefined) {
+      body = JSON.stringify(options.json);
+      headers['content-type'] = 'application/json';
+    }
+    const address = this.url(path, options.query);
+    return withRetry(
+      async () => {
+        let response: Dispatcher.ResponseData;
+        try {
+          response = await request(address, {
+            method,
+            headers,
+            body,
+            dispatcher: this.agent,
+            signal: options.signal,
+          });
+        } catch (error) {
+          throw new NetworkFailure(!isNotSent(error), error);
+        }
+        if (response.statusCode < 400 || options.acceptStatus?.includes(response.statusCode)) {
+          return { status: response.statusCode, headers: response.headers, body: response.body };
+        }
+        throw await this.httpError(response, options);
+      },
+      (error) => {
+        if (error instanceof NetworkFailure) return { retry: idempotent || !error.sent };
+        if (error instanceof ServiceError && idempotent) {
+          const retryAfter = (error as RetryableServiceError).retryAfterMs;
+          if (error.code === 'server_error' || error.code === 'rate_limited')
+            return { retry: true, afterMs: retryAfter };
+        }
+        return { retry: false };
+      },
+      this.options.retry ?? DEFAULT_RETRY_POLICY,
+      options.signal,
+    ).catch((error: unknown) => {
+      if (error instanceof NetworkFailure) throw this.networkError(error.original, this.what(options));
+      throw error;
+    });
+  }
+
+  private what(options: RequestOptions): string {
+    return options.action ?? 'the request';
+  }
+
+  private networkError(original: unknown, action: string): ServiceError {
+    if (original instanceof ServiceError) return original;
+    const reason =
+      original instanceof Error
+        ? ((original as NodeJS.ErrnoException).code ?? original.message)
+        : String(original);
+    if (original instanceof Error && original.name === 'AbortError') {
+      return new ServiceError('network', `${action} was stopped before ${this.options.serviceName} answered`);
+    }
+    return new ServiceError(
+      'network',
+      this.redact(
+        `${this.options.serviceName} did not answer ${action} (${reason}): check the address in the config node and that the service is reachable`,
+      ),
+    );
+  }
+
+  private async httpError(response: Dispatcher.ResponseData, options: RequestOptions): Promise<ServiceError> {
+    const text = await response.body.text().catch(() => '');
+    let body: unknown = text;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      // a plain-text error body is kept as text
+    }
+    body = this.redact(body);
+    const retryAfterMs = parseRetryAfter(response.headers['retry-after']);
+    const code = codeForStatus(response.statusCode, retryAfterMs !== undefined);
+    const detail = messageFromBody(body);
+    const message = `${this.sentenceFor(code, response.statusCode, this.what(options))}${detail ? ` (the service said: ${detail})` : ''}`;
+    const error = new ServiceError(code, this.redact(message), {
+      status: response.statusCode,
+      body,
+    }) as RetryableServiceError;
+    error.retryAfterMs = retryAfterMs;
+    return error;
+  }
+
+  private sentenceFor(code: ErrorCode, status: number, action: string): string {
+    const service = this.options.serviceName;
+    switch (code) {
+      case 'unauthorized':
+        return `the API key was refused by ${service} while ${action}: check the key in the config node`;
+      case 'insufficient_credits':
+        return `not enough credits on ${service} for ${action}: add credits to the account`;
+      case 'subscription_inactive':
+        return `the subscription is not active on ${service}: renew it before ${action}`;
+      case 'rate_limited':
+        return `${service} is limiting the rate of requests (${action}): send fewer requests or wait`;
+      case 'server_error':
+        return `${service} failed with HTTP ${status} while ${action}: try again later`;
+      default:
+        return `${service} refused ${action} with HTTP ${status}: check the message's input`;
+    }
+  }
+}
+
+interface RetryableServiceError extends ServiceError {
+  retryAfterMs?: number;
+}
+
+function isNotSent(error: unknown): boolean {
+  const code = (error as { code?: string } | undefined)?.code;
+  if (code && NOT_SENT_CODES.has(code)) return true;
+  return error instanceof undiciErrors.ConnectTimeoutError;
+}
