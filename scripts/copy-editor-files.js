@@ -7,4 +7,4 @@ const path = require('node:path');
 const source = path.join(__dirname, '..', 'nodes');
 const target = path.join(__dirname, '..', 'dist', 'nodes');
 fs.mkdirSync(target, { recursive: true });
-fs.cpSync(source, target, { recursive: true });
+if (fs.existsSync(source)) fs.cpSync(source, target, { recursive: true });
