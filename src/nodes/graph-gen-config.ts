@@ -1,0 +1,73 @@
+/**
+ * graph-gen-config: the generation service's address and keys, and the one connection (keep-alive REST pool
+ * and shared WebSocket) every generation node of this config uses. Also serves the dialog's
+ * "test connection" button.
+ */
+import type { Node, NodeAPI, NodeDef } from 'node-red';
+import type { Request, Response } from 'express';
+import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
+import { checkConnection } from '../generation/connection-check';
+
+interface GraphGenConfigDef extends NodeDef {
+  baseUrl: string;
+  partnerKeyField?: string;
+}
+
+interface GraphGenCredentials {
+  apiKey?: string;
+  partnerKey?: string;
+}
+
+/** What the editor sends for a password field whose stored value was left unchanged. */
+const UNCHANGED_PASSWORD = '__PWRD__';
+
+function graphGenConfig(RED: NodeAPI): void {
+  function GraphGenConfig(this: graphGenConfig.GraphGenConfigNode, def: GraphGenConfigDef): void {
+    RED.nodes.createNode(this, def);
+    const credentials: GraphGenCredentials = this.credentials ?? {};
+    this.connection = new GenerationConnection({
+      baseUrl: (def.baseUrl ?? '').trim(),
+      apiKey: credentials.apiKey || undefined,
+      partnerKey: credentials.partnerKey || undefined,
+      partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
+    });
+    this.on('close', (_removed: boolean, done: () => void) => {
+      this.connection.close().then(done, done);
+    });
+  }
+
+  RED.nodes.registerType<graphGenConfig.GraphGenConfigNode, GraphGenConfigDef, unknown, GraphGenCredentials>(
+    'graph-gen-config',
+    GraphGenConfig,
+    {
+      credentials: { apiKey: { type: 'password' }, partnerKey: { type: 'password' } },
+    },
+  );
+
+  RED.httpAdmin.post(
+    '/graph-gen/graph-gen-config/test',
+    RED.auth.needsPermission('graph-gen-config.write'),
+    (req: Request, res: Response) => {
+      const body = (req.body ?? {}) as { id?: string; baseUrl?: string; apiKey?: string };
+      let apiKey = body.apiKey;
+      if ((apiKey === undefined || apiKey === UNCHANGED_PASSWORD) && body.id) {
+        const stored = RED.nodes.getCredentials(body.id) as GraphGenCredentials | undefined;
+        apiKey = stored?.apiKey;
+      }
+      if (apiKey === UNCHANGED_PASSWORD) apiKey = undefined;
+      checkConnection(String(body.baseUrl ?? '').trim(), apiKey || undefined).then(
+        (result) => res.json(result),
+        (error: unknown) =>
+          res.json({ ok: false, code: 'server_error', message: `The test failed: ${String(error)}` }),
+      );
+    },
+  );
+}
+
+// The node's type lives beside the function Node-RED loads, so other node files can import it.
+// eslint-disable-next-line @typescript-eslint/no-namespace
+namespace graphGenConfig {
+  export type GraphGenConfigNode = Node<GraphGenCredentials> & { connection: GenerationConnection };
+}
+
+export = graphGenConfig;
