@@ -1,0 +1,167 @@
+/**
+ * automation-config: where the automation service is (self-hosted or cloud, API version), its key, and the
+ * one keep-alive connection pool every list node that names this config shares. The pool closes when the
+ * node does (redeploy, removal). Also serves the dialog's "test connection" button.
+ */
+import type { Node, NodeAPI, NodeDef } from 'node-red';
+import type { Request, Response } from 'express';
+import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '../automation/client';
+import type { RetryPolicy } from '../http/retry';
+import { DEFAULT_RETRY_POLICY } from '../http/retry';
+import { asServiceError } from './node-helpers';
+
+interface AutomationConfigDef extends NodeDef {
+  deployment?: string;
+  protocol?: string;
+  host?: string;
+  port?: string | number;
+  pathPrefix?: string;
+  instanceUrl?: string;
+  apiVersion?: string | number;
+  headerName?: string;
+  /** Attempts after the first for network failures and 5xx (blank = 3). */
+  retries?: string | number;
+  /** The first retry's longest wait in ms, doubled each time (blank = 250). */
+  retryDelay?: string | number;
+}
+
+interface AutomationCredentials {
+  apiKey?: string;
+}
+
+interface AutomationConfigNode extends Node<AutomationCredentials> {
+  /** The client and its pool; undefined when the settings could not make an address. */
+  client?: AutomationClient;
+  /** Why there is no client, in a sentence. */
+  settingsError?: string;
+}
+
+/** The value Node-RED's editor sends for a password credential that was not changed. */
+const UNCHANGED_PASSWORD = '__PWRD__';
+
+function numberSetting(value: string | number | undefined, fallback: number, min: number): number {
+  if (value === undefined || String(value).trim() === '') return fallback;
+  const number = Number(value);
+  return Number.isFinite(number) && number >= min ? number : fallback;
+}
+
+function retryPolicy(def: Partial<AutomationConfigDef>): RetryPolicy {
+  const retries = Math.floor(numberSetting(def.retries, DEFAULT_RETRY_POLICY.attempts - 1, 0));
+  const baseDelayMs = numberSetting(def.retryDelay, DEFAULT_RETRY_POLICY.baseDelayMs, 0);
+  return {
+    attempts: retries + 1,
+    baseDelayMs,
+    maxDelayMs: Math.max(baseDelayMs, DEFAULT_RETRY_POLICY.maxDelayMs),
+  };
+}
+
+function clientSettings(def: Partial<AutomationConfigDef>, apiKey: string | undefined): AutomationSettings {
+  return {
+    deployment: def.deployment === 'cloud' ? 'cloud' : 'self-hosted',
+    protocol: def.protocol,
+    host: def.host,
+    port: def.port,
+    pathPrefix: def.pathPrefix,
+    instanceUrl: def.instanceUrl,
+    apiVersion: def.apiVersion,
+    headerName: def.headerName || DEFAULT_KEY_HEADER,
+    apiKey: apiKey || undefined,
+    retry: retryPolicy(def),
+  };
+}
+
+/** One sentence about what happened when the first page was asked for with limit 1. */
+async function testConnection(settings: AutomationSettings): Promise<{ ok: boolean; message: string }> {
+  let client: AutomationClient;
+  try {
+    // One attempt and a short wait: a person is looking at the dialog.
+    client = new AutomationClient({
+      ...settings,
+      retry: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0 },
+      timeoutMs: 10_000,
+    });
+  } catch (error) {
+    return { ok: false, message: `The settings do not make an address: ${asServiceError(error).message}.` };
+  }
+  try {
+    const page = await client.listPage({ limit: 1 });
+    const listed =
+      page.total !== undefined
+        ? `it has ${page.total} workflow${page.total === 1 ? '' : 's'}`
+        : page.data.length === 0
+          ? 'it has no workflows yet'
+          : page.nextCursor
+            ? 'it lists workflows (more than one)'
+            : 'it has 1 workflow';
+    return { ok: true, message: `Connected to ${client.baseUrl}: the key was accepted and ${listed}.` };
+  } catch (error) {
+    const serviceError = asServiceError(error);
+    if (serviceError.code === 'unauthorized') {
+      return {
+        ok: false,
+        message: `The service at ${client.baseUrl} refused the API key (HTTP ${serviceError.cause.status ?? 401}): check the key and the header name.`,
+      };
+    }
+    if (serviceError.code === 'network') {
+      return {
+        ok: false,
+        message: `The service at ${client.baseUrl} could not be reached: check the address and that the service is running. (${serviceError.message})`,
+      };
+    }
+    return {
+      ok: false,
+      message: `The service at ${client.baseUrl} answered with an error: ${serviceError.message}.`,
+    };
+  } finally {
+    await client.close();
+  }
+}
+
+export = function (RED: NodeAPI) {
+  function AutomationConfig(this: AutomationConfigNode, def: AutomationConfigDef) {
+    RED.nodes.createNode(this, def);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
+    const node = this;
+    try {
+      node.client = new AutomationClient(clientSettings(def, node.credentials?.apiKey));
+    } catch (error) {
+      node.settingsError = asServiceError(error).message;
+    }
+    node.on('close', (_removed: boolean, done: () => void) => {
+      const client = node.client;
+      node.client = undefined;
+      if (!client) {
+        done();
+        return;
+      }
+      client.close().then(done, done);
+    });
+  }
+
+  RED.nodes.registerType<AutomationConfigNode, AutomationConfigDef, unknown, AutomationCredentials>(
+    'automation-config',
+    AutomationConfig,
+    {
+      credentials: { apiKey: { type: 'password' } },
+    },
+  );
+
+  RED.httpAdmin.post(
+    '/graph-gen/automation-config/test',
+    RED.auth.needsPermission('automation-config.write'),
+    (req: Request, res: Response) => {
+      const body = (req.body ?? {}) as Partial<AutomationConfigDef> & { apiKey?: string };
+      let apiKey = typeof body.apiKey === 'string' ? body.apiKey : undefined;
+      // An unchanged password field comes back as a placeholder: use the key stored for that node.
+      if ((apiKey === undefined || apiKey === UNCHANGED_PASSWORD) && typeof body.id === 'string') {
+        const stored = RED.nodes.getCredentials(body.id) as AutomationCredentials | undefined;
+        apiKey = stored?.apiKey;
+      }
+      if (apiKey === UNCHANGED_PASSWORD) apiKey = undefined;
+      testConnection(clientSettings(body, apiKey)).then(
+        (answer) => res.json(answer),
+        (error: unknown) => res.json({ ok: false, message: asServiceError(error).message }),
+      );
+    },
+  );
+};

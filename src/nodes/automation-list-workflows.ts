@@ -1,0 +1,175 @@
+/**
+ * automation-list-workflows: one page of the workflow list (page mode, loopable on `msg.nextCursor`) or
+ * every page (all mode: one msg, or one msg per page with `msg.parts` for a join node). Thin: inputs are
+ * checked here, the paging lives in src/automation/client.ts.
+ */
+import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
+import {
+  DEFAULT_LIMIT,
+  DEFAULT_PAGE_CAP,
+  RepeatFilter,
+  checkActive,
+  checkCursor,
+  checkLimit,
+  type AutomationClient,
+  type Workflow,
+} from '../automation/client';
+import { invalidInput } from '../http/errors';
+import { evaluateProperty, fail, shortText } from './node-helpers';
+
+interface ListWorkflowsDef extends NodeDef {
+  server: string;
+  active?: string;
+  activeType?: string;
+  limit?: string | number;
+  limitType?: string;
+  mode?: 'page' | 'all';
+  split?: 'none' | 'page';
+  maxPages?: string | number;
+}
+
+type ListMessage = NodeMessageInFlow & {
+  active?: unknown;
+  limit?: unknown;
+  cursor?: unknown;
+  nextCursor?: unknown;
+  parts?: Record<string, unknown>;
+};
+
+/** What this node needs of an automation-config node. */
+interface AutomationConfigNode extends Node {
+  client?: AutomationClient;
+  settingsError?: string;
+}
+
+/** TypedInput types whose value is the setting itself rather than a place to read it from. */
+const LITERAL_TYPES = new Set(['', 'filter', 'num', 'str', 'bool']);
+
+function working(text: string): NodeStatus {
+  return { fill: 'green', shape: 'dot', text: shortText(text) };
+}
+
+function counted(count: number, more = false): NodeStatus {
+  return working(`${count} workflow${count === 1 ? '' : 's'}${more ? ', more' : ''}`);
+}
+
+export = function (RED: NodeAPI) {
+  function AutomationListWorkflows(this: Node, def: ListWorkflowsDef) {
+    RED.nodes.createNode(this, def);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
+    const node = this;
+    const mode = def.mode === 'all' ? 'all' : 'page';
+    const splitPages = mode === 'all' && def.split === 'page';
+    const maxPagesSetting = String(def.maxPages ?? '').trim();
+    const maxPages = maxPagesSetting === '' ? DEFAULT_PAGE_CAP : Number(maxPagesSetting);
+    const running = new Set<AbortController>();
+
+    async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
+      if (LITERAL_TYPES.has(type ?? '')) return value === '' ? undefined : value;
+      return evaluateProperty(RED, node, msg, String(value ?? ''), type);
+    }
+
+    function clientFor(): AutomationClient {
+      const config = RED.nodes.getNode(def.server) as AutomationConfigNode | null;
+      if (!config) throw invalidInput('no automation-config is chosen in this node: pick one in its dialog');
+      if (!config.client) {
+        throw invalidInput(config.settingsError ?? 'the automation-config node has no usable address');
+      }
+      return config.client;
+    }
+
+    async function handle(
+      msg: ListMessage,
+      send: (msg: NodeMessage | NodeMessage[]) => void,
+      signal: AbortSignal,
+    ): Promise<void> {
+      // Every input is checked before the first request, so a bad one costs nothing.
+      const active = checkActive(
+        msg.active !== undefined ? msg.active : await setting(msg, def.active, def.activeType),
+      );
+      const limitValue = msg.limit !== undefined ? msg.limit : await setting(msg, def.limit, def.limitType);
+      const limit = checkLimit(limitValue === undefined || limitValue === '' ? DEFAULT_LIMIT : limitValue);
+      const payloadCursor =
+        msg.payload && typeof msg.payload === 'object' && !Array.isArray(msg.payload)
+          ? (msg.payload as { nextCursor?: unknown }).nextCursor
+          : undefined;
+      const cursor = checkCursor(msg.cursor ?? msg.nextCursor ?? payloadCursor);
+      if (!Number.isInteger(maxPages) || maxPages < 1) {
+        throw invalidInput(`the page cap "${maxPagesSetting}" is not a whole number of at least 1`);
+      }
+      const client = clientFor();
+      // The cursor was consumed: the output can be wired straight back in to fetch the following page.
+      delete msg.cursor;
+      delete msg.nextCursor;
+
+      if (mode === 'page') {
+        node.status(working('page…'));
+        const page = await client.listPage({ active, limit, cursor }, signal);
+        msg.payload = page.data;
+        if (page.nextCursor !== undefined) msg.nextCursor = page.nextCursor;
+        node.status(counted(page.data.length, page.nextCursor !== undefined));
+        send(msg);
+        return;
+      }
+
+      const filter = new RepeatFilter();
+      const workflows: Workflow[] = [];
+      const partsId = RED.util.generateId();
+      let listed = 0;
+      node.status(working('page 1…'));
+      for await (const page of client.walk({ active, limit }, { cursor, maxPages, signal })) {
+        const fresh = filter.fresh(page.data);
+        if (splitPages) {
+          // Each page gets its own copy of the msg, without copying the input's payload for nothing.
+          const out = RED.util.cloneMessage({ ...msg, payload: undefined }) as ListMessage;
+          out.payload = fresh;
+          out.parts = {
+            id: partsId,
+            type: 'array',
+            index: page.number - 1,
+            // A join node concatenates array parts only when len > 1; a page is a slice of one list.
+            len: Math.max(limit, 2),
+            ...(page.nextCursor === undefined ? { count: page.number } : {}),
+            ...(msg.parts ? { parts: msg.parts } : {}),
+          };
+          send(out);
+        } else {
+          for (const workflow of fresh) workflows.push(workflow);
+        }
+        listed += fresh.length;
+        if (page.nextCursor !== undefined) node.status(working(`page ${page.number + 1}…`));
+      }
+      node.status(counted(listed));
+      if (!splitPages) {
+        msg.payload = workflows;
+        send(msg);
+      }
+    }
+
+    node.on('input', (msg, send, done) => {
+      const controller = new AbortController();
+      running.add(controller);
+      handle(msg as ListMessage, send, controller.signal).then(
+        () => {
+          running.delete(controller);
+          done();
+        },
+        (error: unknown) => {
+          running.delete(controller);
+          // A list stopped because the node closed is not a failure of the flow.
+          if (controller.signal.aborted) done();
+          else fail(node, done, error);
+        },
+      );
+    });
+
+    node.on('close', (_removed: boolean, done: () => void) => {
+      for (const controller of running) controller.abort();
+      running.clear();
+      node.status({});
+      done();
+    });
+  }
+
+  RED.nodes.registerType('automation-list-workflows', AutomationListWorkflows);
+};
