@@ -1,19 +1,451 @@
 'use strict';
-// Starts Node-RED with this package installed into a git-ignored user dir. (Filled out by issue 5.)
-const { spawn } = require('node:child_process');
+// `npm start`: Node-RED on 127.0.0.1 with this package and every example flow deployed, talking to real services
+// when GRAPH_GEN_URL / AUTOMATION_URL are set, else to the sandbox started beside it. The user dir is the
+// git-ignored .node-red-user/. Stops both processes on Ctrl-C.
+//
+//   npm start                       examples against the sandbox (or the services named in the environment)
+//   npm start -- --reset            throw away edited flows and deploy the examples again
+//   PORT=1881 npm start             another port
+//   NODE_RED_DIR=<dir> npm start    another Node-RED: a folder with node_modules/node-red, or node-red itself
+//
+// The browser tests use the functions exported below with a temporary user dir.
+const { spawn, spawnSync } = require('node:child_process');
+const crypto = require('node:crypto');
 const fs = require('node:fs');
+const http = require('node:http');
 const path = require('node:path');
 
 const root = path.join(__dirname, '..');
-const userDir = path.join(root, '.node-red-user');
-fs.mkdirSync(path.join(userDir, 'node_modules', '@graph-gen'), { recursive: true });
-const link = path.join(userDir, 'node_modules', '@graph-gen', 'node-red');
-if (!fs.existsSync(link)) fs.symlinkSync(root, link, 'dir');
-const child = spawn(
-  process.execPath,
-  [require.resolve('node-red/red.js'), '--userDir', userDir, '--port', process.env.PORT || '1880'],
-  {
+const PACKAGE_NAME = '@graph-gen/node-red';
+
+/** The red.js of the Node-RED to run: NODE_RED_DIR (or CI's NODE_RED_5_HOME), else this repo's dev dependency. */
+function nodeRedScript(dir = process.env.NODE_RED_DIR || process.env.NODE_RED_5_HOME) {
+  if (!dir) return require.resolve('node-red/red.js');
+  for (const candidate of [path.join(dir, 'node_modules', 'node-red', 'red.js'), path.join(dir, 'red.js')]) {
+    if (fs.existsSync(candidate)) return candidate;
+  }
+  throw new Error(`no Node-RED found in ${dir} (expected node_modules/node-red/red.js or red.js there)`);
+}
+
+function ensureBuilt() {
+  const built = (type) => fs.existsSync(path.join(root, 'dist', 'nodes', `${type}.js`));
+  const types = Object.keys(require(path.join(root, 'package.json'))['node-red'].nodes);
+  if (types.every(built) && fs.existsSync(path.join(root, 'dist', 'sandbox', 'cli.js'))) return;
+  process.stdout.write('building the package first (npm run build)...\n');
+  const result = spawnSync('npm', ['run', 'build'], {
+    cwd: root,
     stdio: 'inherit',
-  },
-);
-child.on('exit', (code) => process.exit(code ?? 0));
+    shell: process.platform === 'win32',
+  });
+  if (result.status !== 0) throw new Error('the build failed; fix it and run npm start again');
+}
+
+/** A stable 16-hex-digit id: the same example always gets the same ids in the flows file. */
+function shortId(...parts) {
+  return crypto.createHash('sha256').update(parts.join('\0')).digest('hex').slice(0, 16);
+}
+
+/** Example files in Import > Examples order (file name order), each with its nodes. */
+function readExamples(dir = path.join(root, 'examples')) {
+  return fs
+    .readdirSync(dir)
+    .filter((name) => name.endsWith('.json'))
+    .sort()
+    .map((name) => ({
+      name: name.replace(/\.json$/, ''),
+      nodes: JSON.parse(fs.readFileSync(path.join(dir, name), 'utf8')),
+    }));
+}
+
+function isConfigNode(node) {
+  return node.type !== 'tab' && node.x === undefined && node.z === undefined;
+}
+
+/** Replaces every string in `value` that is a key of `ids` (wires, z, server, scope, links, groups...). */
+function remapIds(value, ids) {
+  if (typeof value === 'string') return ids.has(value) ? ids.get(value) : value;
+  if (Array.isArray(value)) return value.map((item) => remapIds(item, ids));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, remapIds(item, ids)]));
+  }
+  return value;
+}
+
+/**
+ * One flows file from every example: each example on a tab of its own, its flow nodes given ids unique to
+ * that tab. Config nodes keep their ids: the examples share one config node per service (same id, same
+ * content), as they do when imported one after another through the editor.
+ */
+function buildFlows(examples) {
+  const flows = [];
+  const configIds = new Set();
+  for (const example of examples) {
+    const tabId = shortId('tab', example.name);
+    const ids = new Map();
+    for (const node of example.nodes) {
+      if (node.type === 'tab') ids.set(node.id, tabId);
+      else if (!isConfigNode(node)) ids.set(node.id, shortId(example.name, node.id));
+    }
+    flows.push({
+      id: tabId,
+      type: 'tab',
+      label: example.name.replace(/^\d+-/, '').replace(/-/g, ' '),
+      disabled: false,
+      info: '',
+    });
+    for (const node of example.nodes) {
+      if (node.type === 'tab') continue;
+      if (isConfigNode(node)) {
+        if (configIds.has(node.id)) continue;
+        configIds.add(node.id);
+        flows.push(node);
+        continue;
+      }
+      flows.push({ ...remapIds(node, ids), z: tabId });
+    }
+  }
+  return flows;
+}
+
+/**
+ * Credentials for the examples' config nodes, read from the environment at run time: Node-RED replaces a
+ * credential written as `${VAR}` with that variable when the node starts. Only keys actually in use are written.
+ */
+function buildCredentials(flows, services) {
+  const credentials = {};
+  for (const node of flows) {
+    if (node.type === 'graph-gen-config') {
+      credentials[node.id] = {};
+      if (services.generation.apiKey) credentials[node.id].apiKey = '${GRAPH_GEN_API_KEY}';
+      if (services.generation.partnerKey) credentials[node.id].partnerKey = '${GRAPH_GEN_PARTNER_KEY}';
+    } else if (node.type === 'automation-config') {
+      credentials[node.id] = {};
+      if (services.automation.apiKey) credentials[node.id].apiKey = '${AUTOMATION_API_KEY}';
+    }
+  }
+  return credentials;
+}
+
+function settingsFile({ port }) {
+  return `// Written by scripts/start.js on every start; edit that script, not this file.
+module.exports = {
+  uiHost: '127.0.0.1',
+  uiPort: ${Number(port)},
+  flowFile: 'flows.json',
+  // Plain-text flows_cred.json: it holds only \${VAR} references, never a key.
+  credentialSecret: false,
+  // The file nodes of the examples read and write relative to the user dir.
+  fileWorkingDirectory: __dirname,
+  telemetry: { enabled: false, updateNotification: false },
+  diagnostics: { enabled: false, ui: false },
+  editorTheme: { tours: false, projects: { enabled: false } },
+  externalModules: { palette: { allowInstall: false } },
+  logging: { console: { level: 'info', metrics: false, audit: false } },
+};
+`;
+}
+
+/** A small PNG (solid colour) so the image-to-image and inpainting examples have files to read. */
+function solidPng(width, height, [r, g, b, a]) {
+  const zlib = require('node:zlib');
+  const crcTable = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  const crc = (buffer) => {
+    let c = 0xffffffff;
+    for (const byte of buffer) c = crcTable[(c ^ byte) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(data.length);
+    const body = Buffer.concat([Buffer.from(type, 'ascii'), data]);
+    const check = Buffer.alloc(4);
+    check.writeUInt32BE(crc(body));
+    return Buffer.concat([length, body, check]);
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header.set([8, 6, 0, 0, 0], 8);
+  const row = Buffer.concat([
+    Buffer.from([0]),
+    Buffer.from(Array.from({ length: width }, () => [r, g, b, a]).flat()),
+  ]);
+  const pixels = Buffer.concat(Array.from({ length: height }, () => row));
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk('IHDR', header),
+    chunk('IDAT', zlib.deflateSync(pixels)),
+    chunk('IEND', Buffer.alloc(0)),
+  ]);
+}
+
+/**
+ * Prepares a user dir: settings.js, the package linked into node_modules, sample input images, and (unless the
+ * user has deployed edits since, or `flows: 'keep'`) a flows file with every example. `flows: 'none'` leaves
+ * the workspace empty (the browser tests import the examples themselves).
+ */
+function prepareUserDir(userDir, { port, services, flows = 'examples', reset = false }) {
+  fs.mkdirSync(path.join(userDir, 'node_modules', '@graph-gen'), { recursive: true });
+  fs.writeFileSync(path.join(userDir, 'settings.js'), settingsFile({ port }));
+  if (!fs.existsSync(path.join(userDir, 'package.json'))) {
+    fs.writeFileSync(
+      path.join(userDir, 'package.json'),
+      JSON.stringify({ name: 'node-red-user', private: true }, null, 2),
+    );
+  }
+  const link = path.join(userDir, 'node_modules', ...PACKAGE_NAME.split('/'));
+  let linked = false;
+  try {
+    linked = fs.realpathSync(link) === fs.realpathSync(root);
+  } catch {
+    linked = false;
+  }
+  if (!linked) {
+    fs.rmSync(link, { recursive: true, force: true });
+    fs.symlinkSync(root, link, 'dir');
+  }
+  for (const [name, colour] of [
+    ['input.png', [200, 80, 40, 255]],
+    ['mask.png', [255, 255, 255, 255]],
+  ]) {
+    const file = path.join(userDir, name);
+    if (!fs.existsSync(file)) fs.writeFileSync(file, solidPng(64, 64, colour));
+  }
+
+  const flowsFile = path.join(userDir, 'flows.json');
+  const credentialsFile = path.join(userDir, 'flows_cred.json');
+  const stampFile = path.join(userDir, '.examples-stamp');
+  if (flows === 'none') {
+    fs.writeFileSync(flowsFile, '[]\n');
+    fs.writeFileSync(credentialsFile, '{}\n');
+    return { flows: 'none' };
+  }
+  const current = fs.existsSync(flowsFile) ? fs.readFileSync(flowsFile, 'utf8') : undefined;
+  const stamp = fs.existsSync(stampFile) ? fs.readFileSync(stampFile, 'utf8') : undefined;
+  const digest = (text) => crypto.createHash('sha256').update(text).digest('hex');
+  const edited = current !== undefined && current.trim() !== '[]' && (!stamp || digest(current) !== stamp);
+  if (edited && !reset) return { flows: 'kept' };
+  const built = buildFlows(readExamples());
+  const text = `${JSON.stringify(built, null, 2)}\n`;
+  fs.writeFileSync(flowsFile, text);
+  fs.writeFileSync(credentialsFile, `${JSON.stringify(buildCredentials(built, services), null, 2)}\n`);
+  fs.writeFileSync(stampFile, digest(text));
+  return { flows: 'examples', count: built.filter((node) => node.type === 'tab').length };
+}
+
+/** Starts dist/sandbox/cli.js and resolves with its address once it listens. */
+function startSandboxProcess({ generationKey, automationKey, workflows = 42, port = 0 } = {}) {
+  const args = [
+    path.join(root, 'dist', 'sandbox', 'cli.js'),
+    '--port',
+    String(port),
+    '--workflows',
+    String(workflows),
+  ];
+  if (generationKey) args.push('--generation-key', generationKey);
+  if (automationKey) args.push('--automation-key', automationKey);
+  const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let output = '';
+    const onData = (data) => {
+      output += data;
+      const match = /listening at (http:\/\/\S+)/.exec(output);
+      if (match) {
+        child.stdout.off('data', onData);
+        child.stdout.resume();
+        resolve({ child, url: match[1] });
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', (data) => (output += data));
+    child.on('error', reject);
+    child.on('exit', (code) =>
+      reject(new Error(`the sandbox stopped (exit ${code}) before it listened:\n${output}`)),
+    );
+  });
+}
+
+/** Starts Node-RED on a prepared user dir; resolves once its admin API answers. */
+function startNodeRed({ userDir, port, env = {}, stdio = 'inherit', onOutput, timeoutMs = 60000 }) {
+  const child = spawn(process.execPath, [nodeRedScript(), '--userDir', userDir, '--port', String(port)], {
+    cwd: userDir,
+    env: { ...process.env, ...env },
+    stdio,
+  });
+  if (onOutput) {
+    for (const stream of [child.stdout, child.stderr].filter(Boolean)) {
+      let rest = '';
+      stream.setEncoding('utf8');
+      stream.on('data', (data) => {
+        const lines = (rest + data).split('\n');
+        rest = lines.pop();
+        lines.forEach((line) => onOutput(line));
+      });
+    }
+  }
+  const url = `http://127.0.0.1:${port}/`;
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    let exited = false;
+    child.on('exit', (code) => {
+      exited = true;
+      reject(new Error(`Node-RED stopped (exit ${code}) before its editor answered`));
+    });
+    const poll = () => {
+      if (exited) return;
+      const request = http.get(`${url}settings`, { headers: { accept: 'application/json' } }, (response) => {
+        response.resume();
+        if (response.statusCode === 200) resolve({ child, url });
+        else retry();
+      });
+      request.on('error', retry);
+      request.setTimeout(2000, () => request.destroy());
+    };
+    const retry = () => {
+      if (Date.now() - started > timeoutMs) {
+        child.kill('SIGKILL');
+        reject(new Error(`Node-RED did not answer at ${url} within ${timeoutMs / 1000} s`));
+      } else setTimeout(poll, 200);
+    };
+    poll();
+  });
+}
+
+/** Stops child processes by PID: SIGINT, then SIGKILL for any still there after `graceMs`. */
+async function stopProcesses(children, graceMs = 5000) {
+  await Promise.all(
+    children
+      .filter((child) => child && child.exitCode === null && child.signalCode === null)
+      .map(
+        (child) =>
+          new Promise((resolve) => {
+            const timer = setTimeout(() => {
+              child.kill('SIGKILL');
+            }, graceMs);
+            child.once('exit', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+            child.kill('SIGINT');
+          }),
+      ),
+  );
+}
+
+/** Which services the examples talk to: the environment's, or the sandbox's for any that is not set. */
+function servicesFromEnvironment(env = process.env) {
+  return {
+    generation: env.GRAPH_GEN_URL
+      ? {
+          url: env.GRAPH_GEN_URL,
+          apiKey: env.GRAPH_GEN_API_KEY || undefined,
+          partnerKey: env.GRAPH_GEN_PARTNER_KEY || undefined,
+          sandbox: false,
+        }
+      : { sandbox: true, apiKey: `sandbox-${crypto.randomBytes(8).toString('hex')}` },
+    automation: env.AUTOMATION_URL
+      ? { url: env.AUTOMATION_URL, apiKey: env.AUTOMATION_API_KEY || undefined, sandbox: false }
+      : { sandbox: true, apiKey: `sandbox-${crypto.randomBytes(8).toString('hex')}` },
+  };
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const reset = args.includes('--reset');
+  const port = Number(process.env.PORT || 1880);
+  const userDir = process.env.NODE_RED_USER_DIR || path.join(root, '.node-red-user');
+  ensureBuilt();
+  const services = servicesFromEnvironment();
+  const children = [];
+  let stopping = false;
+  const stop = async (code) => {
+    if (stopping) return;
+    stopping = true;
+    process.stdout.write('\nstopping Node-RED and the sandbox...\n');
+    await stopProcesses(children);
+    process.exit(code);
+  };
+  process.on('SIGINT', () => stop(0));
+  process.on('SIGTERM', () => stop(0));
+
+  try {
+    await startEverything({ services, children, port, userDir, reset, isStopping: () => stopping, stop });
+  } catch (error) {
+    await stopProcesses(children);
+    throw error;
+  }
+}
+
+async function startEverything({ services, children, port, userDir, reset, isStopping, stop }) {
+  if (services.generation.sandbox || services.automation.sandbox) {
+    const sandbox = await startSandboxProcess({
+      generationKey: services.generation.sandbox ? services.generation.apiKey : undefined,
+      automationKey: services.automation.sandbox ? services.automation.apiKey : undefined,
+    });
+    children.push(sandbox.child);
+    sandbox.child.on('exit', (code) => {
+      if (!isStopping()) {
+        process.stderr.write(`the sandbox stopped unexpectedly (exit ${code})\n`);
+        stop(1);
+      }
+    });
+    if (services.generation.sandbox) services.generation.url = sandbox.url;
+    if (services.automation.sandbox) services.automation.url = sandbox.url;
+  }
+
+  const prepared = prepareUserDir(userDir, { port, services, reset });
+  const env = {
+    GRAPH_GEN_URL: services.generation.url,
+    GRAPH_GEN_API_KEY: services.generation.apiKey || '',
+    GRAPH_GEN_PARTNER_KEY: services.generation.partnerKey || '',
+    AUTOMATION_URL: services.automation.url,
+    AUTOMATION_API_KEY: services.automation.apiKey || '',
+  };
+  const nodeRed = await startNodeRed({ userDir, port, env });
+  children.push(nodeRed.child);
+  nodeRed.child.on('exit', (code) => {
+    if (!isStopping()) stop(code ?? 0);
+  });
+
+  const describe = (service) =>
+    service.sandbox
+      ? `the sandbox at ${service.url}`
+      : `${service.url} (${service.apiKey ? 'with a key' : 'no key'})`;
+  process.stdout.write(
+    [
+      '',
+      `  Node-RED editor:     ${nodeRed.url}`,
+      `  generation service:  ${describe(services.generation)}`,
+      `  automation service:  ${describe(services.automation)}`,
+      `  user dir:            ${path.relative(process.cwd(), userDir) || userDir}`,
+      prepared.flows === 'kept'
+        ? '  flows:               your edited flows (npm start -- --reset deploys the examples again)'
+        : `  flows:               ${prepared.count} example tabs deployed`,
+      '  Ctrl-C stops Node-RED and the sandbox.',
+      '',
+    ].join('\n') + '\n',
+  );
+}
+
+module.exports = {
+  buildFlows,
+  buildCredentials,
+  readExamples,
+  prepareUserDir,
+  startSandboxProcess,
+  startNodeRed,
+  stopProcesses,
+  nodeRedScript,
+  solidPng,
+};
+
+if (require.main === module) {
+  main().catch((error) => {
+    process.stderr.write(`npm start: ${error.message}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,101 @@
+/**
+ * Runs the sandbox as a process of its own: `node dist/sandbox/cli.js [options]`. `npm start` and the browser
+ * tests use it so the example flows have both services to talk to with nothing configured.
+ *
+ * Options (each also readable from the environment variable in brackets):
+ *   --port <n>             [SANDBOX_PORT]             port on 127.0.0.1 (default 0: any free port)
+ *   --workflows <n>        [SANDBOX_WORKFLOWS]        automation workflows to seed (default 42)
+ *   --generation-key <k>   [SANDBOX_GENERATION_KEY]   key the generation service expects; none = self-hosted
+ *   --automation-key <k>   [SANDBOX_AUTOMATION_KEY]   key the automation service expects; none = any
+ *
+ * Prints `graph-gen sandbox listening at <url>` once it listens (parents read the address from that line),
+ * and stops on SIGINT/SIGTERM or when the process that started it goes away.
+ */
+import { startSandbox } from './index';
+
+export interface CliOptions {
+  port: number;
+  workflows: number;
+  generationKey?: string;
+  automationKey?: string;
+}
+
+const FLAGS: Record<string, { env: string; key: keyof CliOptions }> = {
+  '--port': { env: 'SANDBOX_PORT', key: 'port' },
+  '--workflows': { env: 'SANDBOX_WORKFLOWS', key: 'workflows' },
+  '--generation-key': { env: 'SANDBOX_GENERATION_KEY', key: 'generationKey' },
+  '--automation-key': { env: 'SANDBOX_AUTOMATION_KEY', key: 'automationKey' },
+};
+
+function wholeNumber(name: string, text: string): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a whole number, not "${text}"`);
+  return value;
+}
+
+/** Reads the options from arguments first, then the environment. Pure, so it is easy to test. */
+export function parseCliOptions(argv: string[], env: NodeJS.ProcessEnv): CliOptions {
+  const raw: Partial<Record<keyof CliOptions, string>> = {};
+  for (const { env: name, key } of Object.values(FLAGS)) {
+    if (env[name]) raw[key] = env[name];
+  }
+  for (let index = 0; index < argv.length; index++) {
+    const [flag, inline] = argv[index].split(/=(.*)/s, 2);
+    const known = FLAGS[flag];
+    if (!known) throw new Error(`unknown option ${flag} (known: ${Object.keys(FLAGS).join(', ')})`);
+    const value = inline ?? argv[++index];
+    if (value === undefined) throw new Error(`${flag} needs a value`);
+    raw[known.key] = value;
+  }
+  return {
+    port: wholeNumber('--port', raw.port ?? '0'),
+    workflows: wholeNumber('--workflows', raw.workflows ?? '42'),
+    generationKey: raw.generationKey || undefined,
+    automationKey: raw.automationKey || undefined,
+  };
+}
+
+async function main(): Promise<void> {
+  const options = parseCliOptions(process.argv.slice(2), process.env);
+  const sandbox = await startSandbox({
+    port: options.port,
+    generationApiKey: options.generationKey,
+    automation: { apiKey: options.automationKey, workflows: options.workflows },
+  });
+  process.stdout.write(`graph-gen sandbox listening at ${sandbox.url}\n`);
+  process.stdout.write(
+    `  generation service: ${sandbox.url} (${options.generationKey ? 'expects a key' : 'self-hosted, no key'})\n` +
+      `  automation service: ${sandbox.url}/api/v1/workflows (${options.workflows} workflows, ` +
+      `${options.automationKey ? 'expects a key' : 'any key'})\n`,
+  );
+
+  let stopping = false;
+  const stop = (): void => {
+    if (stopping) return;
+    stopping = true;
+    // Never hang on a socket that will not close: a sandbox that lingers would hold its port.
+    setTimeout(() => process.exit(0), 2000).unref();
+    sandbox.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+  // A parent killed without a chance to stop us (SIGKILL) would otherwise leave an orphan holding the port.
+  const parent = process.ppid;
+  setInterval(() => {
+    try {
+      process.kill(parent, 0);
+    } catch {
+      stop();
+    }
+  }, 1000).unref();
+}
+
+if (require.main === module) {
+  main().catch((error: unknown) => {
+    process.stderr.write(`graph-gen sandbox: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  });
+}
