@@ -1,7 +1,13 @@
 /**
- * The one WebSocket of a config node, shared by every node that uses it. (Built by issue 4; this is the
- * interface the REST side relies on.)
+ * The one WebSocket of a config node, shared by every node that uses it. It owns the socket, its heartbeat
+ * and its reconnects; nodes register as users (queue status, notifications, connection state) and subscribe
+ * per prompt_id. Events of a prompt_id nobody awaits yet are kept, bounded, and replayed in order to the
+ * first subscriber, so `submit -> delay -> await` loses nothing. No Node-RED inside.
  */
+import WebSocket from 'ws';
+import { redact } from '../http/errors';
+import { DEFAULT_MAX_FRAME_BYTES, parseBinaryFrame, type BinaryFrame } from './frames';
+
 export interface SocketManagerOptions {
   /** The service's base address (http/https); the socket goes to the same host with ws/wss at /ws. */
   baseUrl: string;
@@ -9,15 +15,562 @@ export interface SocketManagerOptions {
   apiKey?: string;
   /** The UUID sent as `clientId` (and as `client_id` on submit), kept for the config node's life. */
   clientId: string;
+  timings?: Partial<SocketTimings>;
+  limits?: Partial<BufferLimits>;
+  /** Receives every log line (already redacted); otherwise the first user with `onLog` does. */
+  logger?: (level: LogLevel, message: string) => void;
 }
 
-export class SocketManager {
-  constructor(readonly options: SocketManagerOptions) {}
+export interface SocketTimings {
+  /** First reconnect wait ceiling; doubles per failed attempt (full jitter: a random wait below it). */
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  /** A connection open this long resets the backoff. */
+  stableMs: number;
+  /** A ping this often; no pong by the next one closes the socket as dead. */
+  pingIntervalMs: number;
+  /** How long the socket stays open after its last user and subscription leave. */
+  graceMs: number;
+  handshakeTimeoutMs: number;
+}
 
-  /** Opens the socket if needed and waits until it is open, at most `timeoutMs`; false if it is not. */
-  async ready(_timeoutMs: number): Promise<boolean> {
-    return false;
+export interface BufferLimits {
+  /** Events kept per prompt_id nobody awaits yet. */
+  eventsPerJob: number;
+  /** prompt_ids kept at most (oldest dropped first). */
+  jobs: number;
+  /** A kept prompt_id is dropped this long after its first event. */
+  maxAgeMs: number;
+  /** Binary frames larger than this are dropped. */
+  maxFrameBytes: number;
+}
+
+export type LogLevel = 'debug' | 'warn';
+
+export type ConnectionState = 'idle' | 'connecting' | 'open' | 'down' | 'unauthorized' | 'closed';
+
+/** A job event: a JSON frame's `{type, data}`, or a binary frame as `preview` / `text`. */
+export interface SocketEvent {
+  type: string;
+  data: Record<string, unknown>;
+  /** The parsed binary frame of a `preview` or `text` event. */
+  frame?: BinaryFrame;
+  /** Which connection (counted from 1) delivered it: a change between two events of a job means a gap. */
+  epoch: number;
+}
+
+export type JobListener = (event: SocketEvent) => void;
+
+export interface SocketUser {
+  /** A `status` event: the queue count when the service gave one. */
+  onQueueStatus?(queueRemaining: number | undefined, data: Record<string, unknown>): void;
+  /** A `notification` event's text. */
+  onNotification?(text: string, data: Record<string, unknown>): void;
+  /** Open, down, unauthorized...; `reconnected` is true when an open follows an earlier connection. */
+  onConnectionState?(state: ConnectionState, reconnected: boolean): void;
+  onLog?(level: LogLevel, message: string): void;
+}
+
+export interface SocketStats {
+  socketsOpened: number;
+  framesReceived: number;
+  framesDropped: number;
+  unknownBinaryFrames: number;
+  eventsBuffered: number;
+  bufferedEventsDropped: number;
+}
+
+interface BufferedJob {
+  firstAt: number;
+  events: SocketEvent[];
+}
+
+const TERMINAL_EVENTS = new Set(['execution_success', 'execution_error', 'execution_interrupted']);
+/** Events dropped first when a kept job's buffer is full: the result does not depend on them. */
+const LOSSY_EVENTS = new Set(['progress', 'progress_state', 'preview', 'text']);
+const ENDED_MEMORY = 4096;
+
+export class SocketManager {
+  static defaultTimings: SocketTimings = {
+    backoffBaseMs: 500,
+    backoffMaxMs: 30_000,
+    stableMs: 60_000,
+    pingIntervalMs: 30_000,
+    graceMs: 2_000,
+    handshakeTimeoutMs: 10_000,
+  };
+
+  static defaultLimits: BufferLimits = {
+    eventsPerJob: 500,
+    jobs: 2_000,
+    maxAgeMs: 10 * 60_000,
+    maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
+  };
+
+  readonly stats: SocketStats = {
+    socketsOpened: 0,
+    framesReceived: 0,
+    framesDropped: 0,
+    unknownBinaryFrames: 0,
+    eventsBuffered: 0,
+    bufferedEventsDropped: 0,
+  };
+
+  private readonly timings: SocketTimings;
+  private readonly limits: BufferLimits;
+  private readonly users = new Set<SocketUser>();
+  private readonly listeners = new Map<string, Set<JobListener>>();
+  private readonly buffered = new Map<string, BufferedJob>();
+  /** prompt_ids whose await ended: their late events (`executing` null...) are not kept. */
+  private readonly ended = new Set<string>();
+  private readonly waiters = new Set<{ deadline: number; finish: (open: boolean) => void }>();
+  private ws?: WebSocket;
+  private currentState: ConnectionState = 'idle';
+  private epochCount = 0;
+  private attempt = 0;
+  private refused = false;
+  private closed = false;
+  /** The job that binary frames without a prompt_id (types 1 and 3) belong to. */
+  private executingPrompt?: string;
+  private reconnectTimer?: NodeJS.Timeout;
+  private reconnectAt = 0;
+  private pingTimer?: NodeJS.Timeout;
+  private stableTimer?: NodeJS.Timeout;
+  private graceTimer?: NodeJS.Timeout;
+  private awaitingPong = false;
+  private closedSocket?: Promise<void>;
+
+  constructor(readonly options: SocketManagerOptions) {
+    this.timings = { ...SocketManager.defaultTimings, ...options.timings };
+    this.limits = { ...SocketManager.defaultLimits, ...options.limits };
   }
 
-  async close(): Promise<void> {}
+  get state(): ConnectionState {
+    return this.currentState;
+  }
+
+  /** Counts the connections opened so far; events carry it so a job can tell whether it saw a gap. */
+  get epoch(): number {
+    return this.epochCount;
+  }
+
+  get isOpen(): boolean {
+    return this.currentState === 'open';
+  }
+
+  /** The socket's address with its token, for connecting only: never log it. */
+  private address(): string {
+    const url = new URL(
+      this.options.baseUrl.endsWith('/') ? this.options.baseUrl : `${this.options.baseUrl}/`,
+    );
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    url.pathname = `${url.pathname}ws`;
+    url.search = '';
+    url.searchParams.set('clientId', this.options.clientId);
+    if (this.options.apiKey) url.searchParams.set('token', this.options.apiKey);
+    return url.toString();
+  }
+
+  /** Opens the socket if needed and waits until it is open, at most `timeoutMs`; false if it is not. */
+  async ready(timeoutMs: number): Promise<boolean> {
+    if (this.closed) return false;
+    if (this.currentState === 'open') return true;
+    this.ensureOpen();
+    if (this.currentState === 'unauthorized' || this.nextAttemptAfter(Date.now() + timeoutMs)) return false;
+    return new Promise<boolean>((resolve) => {
+      const waiter = {
+        deadline: Date.now() + timeoutMs,
+        finish: (open: boolean) => {
+          clearTimeout(timer);
+          this.waiters.delete(waiter);
+          resolve(open);
+        },
+      };
+      const timer = setTimeout(() => waiter.finish(false), timeoutMs);
+      this.waiters.add(waiter);
+    });
+  }
+
+  /** Adds a user; the returned function removes exactly that registration. */
+  register(user: SocketUser): () => void {
+    this.users.add(user);
+    this.cancelGrace();
+    let registered = true;
+    return () => {
+      if (!registered) return;
+      registered = false;
+      this.users.delete(user);
+      this.closeWhenUnused();
+    };
+  }
+
+  /**
+   * Sends this job's events to `listener`, first the ones kept while nobody awaited it (in order, before
+   * this returns), then live ones. Opens the socket if needed. The returned function unsubscribes;
+   * `{ ended: true }` also drops the job's later events instead of keeping them.
+   */
+  subscribe(promptId: string, listener: JobListener): (options?: { ended?: boolean }) => void {
+    let set = this.listeners.get(promptId);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(promptId, set);
+    }
+    set.add(listener);
+    this.ended.delete(promptId);
+    this.cancelGrace();
+    this.ensureOpen();
+    const kept = this.buffered.get(promptId);
+    if (kept) {
+      this.buffered.delete(promptId);
+      for (const event of kept.events) listener(event);
+    }
+    let subscribed = true;
+    return (options = {}) => {
+      if (!subscribed) return;
+      subscribed = false;
+      const current = this.listeners.get(promptId);
+      current?.delete(listener);
+      if (current && current.size === 0) {
+        this.listeners.delete(promptId);
+        if (options.ended) this.rememberEnded(promptId);
+      }
+      this.closeWhenUnused();
+    };
+  }
+
+  /** Closes for good (the config node is going); waits until the socket is fully closed. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.clearTimers();
+    this.cancelGrace();
+    for (const waiter of [...this.waiters]) waiter.finish(false);
+    this.buffered.clear();
+    this.listeners.clear();
+    await this.closeSocket();
+    this.setState('closed');
+    this.users.clear();
+  }
+
+  private ensureOpen(): void {
+    if (this.closed || this.ws || this.reconnectTimer) return;
+    this.connect();
+  }
+
+  private nextAttemptAfter(deadline: number): boolean {
+    return !this.ws && this.reconnectTimer !== undefined && this.reconnectAt > deadline;
+  }
+
+  private connect(): void {
+    this.setState(this.refused ? 'unauthorized' : 'connecting');
+    const ws = new WebSocket(this.address(), {
+      handshakeTimeout: this.timings.handshakeTimeoutMs,
+      perMessageDeflate: false,
+      // Larger frames are read and then dropped by the parser, so one bad frame does not cost the socket.
+      maxPayload: this.limits.maxFrameBytes * 2 + 1024,
+    });
+    this.ws = ws;
+    let closedResolve: () => void = () => undefined;
+    this.closedSocket = new Promise<void>((resolve) => (closedResolve = resolve));
+    ws.on('open', () => this.onOpen(ws));
+    ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
+    ws.on('pong', () => (this.awaitingPong = false));
+    ws.on('error', (error) => {
+      const status = /Unexpected server response: (\d+)/.exec(error.message)?.[1];
+      if (status === '401' || status === '403') this.refused = true;
+      this.log('debug', `graph-gen socket error: ${error.message}`);
+    });
+    ws.on('close', (code) => {
+      closedResolve();
+      this.onClose(ws, code);
+    });
+  }
+
+  private onOpen(ws: WebSocket): void {
+    if (ws !== this.ws) return;
+    this.refused = false;
+    this.epochCount += 1;
+    this.stats.socketsOpened += 1;
+    this.awaitingPong = false;
+    ws.send(JSON.stringify({ type: 'feature_flags', data: { supports_preview_metadata: true } }));
+    this.pingTimer = setInterval(() => this.heartbeat(ws), this.timings.pingIntervalMs);
+    this.pingTimer.unref();
+    this.stableTimer = setTimeout(() => (this.attempt = 0), this.timings.stableMs);
+    this.stableTimer.unref();
+    this.setState('open');
+    for (const waiter of [...this.waiters]) waiter.finish(true);
+  }
+
+  private heartbeat(ws: WebSocket): void {
+    if (this.awaitingPong) {
+      this.log('debug', 'graph-gen socket: no pong since the last ping, closing it as dead');
+      ws.terminate();
+      return;
+    }
+    this.awaitingPong = true;
+    try {
+      ws.ping();
+    } catch {
+      ws.terminate();
+    }
+  }
+
+  private onClose(ws: WebSocket, code: number): void {
+    if (ws !== this.ws) return;
+    this.ws = undefined;
+    clearInterval(this.pingTimer);
+    clearTimeout(this.stableTimer);
+    this.pingTimer = this.stableTimer = undefined;
+    this.executingPrompt = undefined;
+    if (this.closed || this.currentState === 'idle') return;
+    if (!this.shouldStayOpen()) {
+      this.setState('idle');
+      return;
+    }
+    const delay = this.refused ? this.timings.backoffMaxMs : this.backoff();
+    this.log(
+      this.refused ? 'warn' : 'debug',
+      this.refused
+        ? `graph-gen socket: the API key was refused, trying again in ${Math.round(delay / 1000)} s`
+        : `graph-gen socket closed (${code}), reconnecting in ${delay} ms`,
+    );
+    this.reconnectAt = Date.now() + delay;
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = undefined;
+      if (!this.closed && !this.ws && this.shouldStayOpen()) this.connect();
+      else if (!this.closed && !this.ws) this.setState('idle');
+    }, delay);
+    this.reconnectTimer.unref();
+    this.setState(this.refused ? 'unauthorized' : 'down');
+    for (const waiter of [...this.waiters]) {
+      if (this.refused || this.reconnectAt > waiter.deadline) waiter.finish(false);
+    }
+  }
+
+  /** Full jitter: a random wait below a ceiling that doubles per attempt, capped. */
+  private backoff(): number {
+    const ceiling = Math.min(this.timings.backoffMaxMs, this.timings.backoffBaseMs * 2 ** this.attempt);
+    this.attempt += 1;
+    return Math.floor(Math.random() * ceiling);
+  }
+
+  private shouldStayOpen(): boolean {
+    return this.users.size > 0 || this.listeners.size > 0 || this.waiters.size > 0;
+  }
+
+  private closeWhenUnused(): void {
+    if (this.closed || this.users.size > 0 || this.listeners.size > 0 || this.graceTimer) return;
+    this.graceTimer = setTimeout(() => {
+      this.graceTimer = undefined;
+      if (this.users.size > 0 || this.listeners.size > 0 || this.closed) return;
+      clearTimeout(this.reconnectTimer);
+      this.reconnectTimer = undefined;
+      this.setState('idle');
+      void this.closeSocket();
+    }, this.timings.graceMs);
+    this.graceTimer.unref();
+  }
+
+  private cancelGrace(): void {
+    clearTimeout(this.graceTimer);
+    this.graceTimer = undefined;
+  }
+
+  private async closeSocket(): Promise<void> {
+    const ws = this.ws;
+    if (!ws) return;
+    const closedSocket = this.closedSocket;
+    clearInterval(this.pingTimer);
+    clearTimeout(this.stableTimer);
+    if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+    else ws.close(1000);
+    // A server that never answers the close handshake must not hold the redeploy up.
+    const force = setTimeout(() => ws.terminate(), 1_000);
+    await closedSocket;
+    clearTimeout(force);
+    if (this.ws === ws) this.ws = undefined;
+  }
+
+  private clearTimers(): void {
+    clearTimeout(this.reconnectTimer);
+    clearInterval(this.pingTimer);
+    clearTimeout(this.stableTimer);
+    this.reconnectTimer = this.pingTimer = this.stableTimer = undefined;
+  }
+
+  private setState(state: ConnectionState): void {
+    const previous = this.currentState;
+    if (previous === state) return;
+    this.currentState = state;
+    const reconnected = state === 'open' && this.epochCount > 1;
+    for (const user of [...this.users]) this.safely(() => user.onConnectionState?.(state, reconnected));
+  }
+
+  private onMessage(data: WebSocket.RawData, isBinary: boolean): void {
+    this.stats.framesReceived += 1;
+    const buffer = Array.isArray(data)
+      ? Buffer.concat(data)
+      : Buffer.isBuffer(data)
+        ? data
+        : Buffer.from(data);
+    if (isBinary) this.onBinary(buffer);
+    else this.onText(buffer);
+  }
+
+  private drop(reason: string): void {
+    this.stats.framesDropped += 1;
+    this.log('debug', `graph-gen socket: dropped a frame: ${reason}`);
+  }
+
+  private onText(buffer: Buffer): void {
+    let message: unknown;
+    try {
+      message = JSON.parse(buffer.toString('utf8'));
+    } catch {
+      this.drop('text frame that is not JSON');
+      return;
+    }
+    if (!message || typeof message !== 'object' || typeof (message as { type?: unknown }).type !== 'string') {
+      this.drop('text frame without a type');
+      return;
+    }
+    const { type, data: rawData } = message as { type: string; data?: unknown };
+    const data =
+      rawData && typeof rawData === 'object' && !Array.isArray(rawData)
+        ? (rawData as Record<string, unknown>)
+        : {};
+    if (type === 'status') {
+      const queue = queueRemaining(data);
+      for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
+      return;
+    }
+    if (type === 'notification') {
+      const text = typeof data.value === 'string' ? data.value : JSON.stringify(data.value ?? '');
+      for (const user of [...this.users]) this.safely(() => user.onNotification?.(text, data));
+      return;
+    }
+    const promptId = data.prompt_id;
+    if (typeof promptId !== 'string' || promptId === '') return;
+    this.trackExecuting(type, data, promptId);
+    this.dispatch(promptId, { type, data, epoch: this.epochCount });
+  }
+
+  /** Binary types 1 and 3 carry no prompt_id: they belong to the job the service says is executing. */
+  private trackExecuting(type: string, data: Record<string, unknown>, promptId: string): void {
+    if (type === 'execution_start') this.executingPrompt = promptId;
+    else if (type === 'executing') {
+      if (data.node === null || data.node === undefined || data.node === '') {
+        if (this.executingPrompt === promptId) this.executingPrompt = undefined;
+      } else this.executingPrompt = promptId;
+    } else if (TERMINAL_EVENTS.has(type) && this.executingPrompt === promptId) {
+      this.executingPrompt = undefined;
+    }
+  }
+
+  private onBinary(buffer: Buffer): void {
+    const parsed = parseBinaryFrame(buffer, this.limits.maxFrameBytes);
+    if (!parsed.ok) {
+      if (parsed.unknownType !== undefined) this.stats.unknownBinaryFrames += 1;
+      this.drop(parsed.reason);
+      return;
+    }
+    const frame = parsed.frame;
+    if (frame.type === 4) {
+      const promptId = frame.metadata.prompt_id;
+      if (typeof promptId !== 'string' || promptId === '') {
+        this.drop('preview whose metadata has no prompt_id');
+        return;
+      }
+      this.dispatch(promptId, { type: 'preview', data: frame.metadata, frame, epoch: this.epochCount });
+      return;
+    }
+    const promptId = this.executingPrompt;
+    if (!promptId) {
+      this.drop(`binary frame of type ${frame.type} while no job is executing`);
+      return;
+    }
+    const event: SocketEvent =
+      frame.type === 1
+        ? { type: 'preview', data: { prompt_id: promptId }, frame, epoch: this.epochCount }
+        : {
+            type: 'text',
+            data: { prompt_id: promptId, node: frame.nodeId, text: frame.text },
+            frame,
+            epoch: this.epochCount,
+          };
+    this.dispatch(promptId, event);
+  }
+
+  private dispatch(promptId: string, event: SocketEvent): void {
+    const set = this.listeners.get(promptId);
+    if (set) {
+      for (const listener of [...set]) this.safely(() => listener(event));
+      return;
+    }
+    if (this.ended.has(promptId)) return;
+    this.keep(promptId, event);
+  }
+
+  private keep(promptId: string, event: SocketEvent): void {
+    const now = Date.now();
+    let entry = this.buffered.get(promptId);
+    if (!entry) {
+      // Map order is insertion order: the oldest kept jobs are at the front.
+      for (const [id, kept] of this.buffered) {
+        if (this.buffered.size < this.limits.jobs && now - kept.firstAt <= this.limits.maxAgeMs) break;
+        this.buffered.delete(id);
+        this.stats.bufferedEventsDropped += kept.events.length;
+      }
+      entry = { firstAt: now, events: [] };
+      this.buffered.set(promptId, entry);
+    }
+    entry.events.push(event);
+    this.stats.eventsBuffered += 1;
+    if (entry.events.length > this.limits.eventsPerJob) {
+      const lossy = entry.events.findIndex((kept) => LOSSY_EVENTS.has(kept.type));
+      entry.events.splice(lossy >= 0 ? lossy : 0, 1);
+      this.stats.bufferedEventsDropped += 1;
+    }
+  }
+
+  private rememberEnded(promptId: string): void {
+    this.ended.add(promptId);
+    if (this.ended.size > ENDED_MEMORY) {
+      const oldest = this.ended.values().next().value;
+      if (oldest !== undefined) this.ended.delete(oldest);
+    }
+  }
+
+  /** Number of prompt_ids whose events are kept for a later await. */
+  get keptJobs(): number {
+    return this.buffered.size;
+  }
+
+  private safely(call: () => void): void {
+    try {
+      call();
+    } catch (error) {
+      this.log('warn', `graph-gen socket: a listener failed: ${String(error)}`);
+    }
+  }
+
+  private log(level: LogLevel, message: string): void {
+    const clean = redact(message, [this.options.apiKey]);
+    if (this.options.logger) {
+      this.options.logger(level, clean);
+      return;
+    }
+    for (const user of this.users) {
+      if (user.onLog) {
+        user.onLog(level, clean);
+        return;
+      }
+    }
+  }
+}
+
+/** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
+function queueRemaining(data: Record<string, unknown>): number | undefined {
+  const status = data.status as { exec_info?: { queue_remaining?: unknown } } | undefined;
+  const value = status?.exec_info?.queue_remaining ?? data.queue_remaining;
+  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
 }

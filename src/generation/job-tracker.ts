@@ -1,0 +1,432 @@
+/**
+ * Following jobs to their end over the config node's shared socket, with REST as the safety net: a status
+ * check after subscribing (a job may have ended before it was awaited) and after every reconnect, polling
+ * while the socket is down, and the outputs fetched over REST when events may have been missed. One tracker
+ * per await-job node; it follows any number of jobs at once. No Node-RED inside.
+ */
+import type { HttpClient } from '../http/client';
+import type { ImageType, PreviewMetadata } from './frames';
+import { fetchOutputs, filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
+import { checkJobStatus, executionError, type ExecutionError, type StatusAnswer } from './job-status';
+import { isTerminal } from './status-words';
+import type { ConnectionState, SocketEvent, SocketManager, SocketUser } from './socket-manager';
+
+export interface JobConnection {
+  http: HttpClient;
+  sockets(): SocketManager;
+}
+
+export type JobEndStatus = 'completed' | 'failed' | 'cancelled' | 'timeout';
+
+export interface JobResult {
+  prompt_id: string;
+  status: JobEndStatus;
+  outputs?: JobOutputs;
+  files?: FileReference[];
+  error?: ExecutionError;
+  /** Events were missed and no endpoint of the server had the outputs: `outputs` may lack some. */
+  outputs_incomplete?: true;
+}
+
+/** One progress message: the event type as topic, its data (or a preview's bytes / a text) as payload. */
+export interface JobProgress {
+  topic: string;
+  payload: unknown;
+  prompt_id: string;
+  image_type?: ImageType;
+  metadata?: PreviewMetadata;
+  node?: string;
+}
+
+export interface TrackOptions {
+  /** 0 or undefined = no limit. */
+  timeoutMs?: number;
+  /** On timeout, also ask the service to cancel the job (POST /api/queue {delete}). */
+  cancelOnTimeout?: boolean;
+  onProgress?: (progress: JobProgress) => void;
+}
+
+export interface JobTrackerOptions {
+  /** Previews passed on per job and second; more are dropped. 0 = all. */
+  previewsPerSecond?: number;
+  pollInitialMs?: number;
+  pollMaxMs?: number;
+  /** A job that has had no event this long while the socket is up gets its status checked. */
+  quietCheckMs?: number;
+  /** Something a node shows in its status changed (a job's phase, node, step; the queue; the socket). */
+  onChange?: () => void;
+  onQueueStatus?: SocketUser['onQueueStatus'];
+  onNotification?: SocketUser['onNotification'];
+  log?: (level: 'debug' | 'warn', message: string) => void;
+}
+
+export interface JobView {
+  promptId: string;
+  phase: 'pending' | 'running';
+  node?: string;
+  step?: { value: number; max: number };
+  lastChange: number;
+}
+
+const TERMINAL_EVENTS: Record<string, JobEndStatus> = {
+  execution_success: 'completed',
+  execution_error: 'failed',
+  execution_interrupted: 'cancelled',
+};
+
+class TrackedJob implements JobView {
+  phase: 'pending' | 'running' = 'pending';
+  node?: string;
+  step?: { value: number; max: number };
+  lastChange = Date.now();
+  lastEvent = Date.now();
+  outputs: JobOutputs = {};
+  ending = false;
+  /** The connection that delivered execution_start; a later event from another one means a gap. */
+  startEpoch?: number;
+  gap = false;
+  checking = false;
+  pollDelay: number;
+  pollTimer?: NodeJS.Timeout;
+  timeoutTimer?: NodeJS.Timeout;
+  quietTimer?: NodeJS.Timeout;
+  previewWindowStart = 0;
+  previewsInWindow = 0;
+  unsubscribe: (options?: { ended?: boolean }) => void = () => undefined;
+
+  constructor(
+    readonly promptId: string,
+    readonly options: TrackOptions,
+    readonly resolve: (result: JobResult | undefined) => void,
+    pollInitialMs: number,
+  ) {
+    this.pollDelay = pollInitialMs;
+  }
+}
+
+export class JobTracker {
+  private readonly jobs = new Set<TrackedJob>();
+  private readonly options: Required<
+    Pick<JobTrackerOptions, 'previewsPerSecond' | 'pollInitialMs' | 'pollMaxMs' | 'quietCheckMs'>
+  > &
+    JobTrackerOptions;
+  private deregister?: () => void;
+  private closed = false;
+  queueRemaining?: number;
+  connectionState: ConnectionState = 'idle';
+
+  constructor(
+    private readonly connection: JobConnection,
+    options: JobTrackerOptions = {},
+  ) {
+    this.options = {
+      previewsPerSecond: 0,
+      pollInitialMs: 2_000,
+      pollMaxMs: 10_000,
+      quietCheckMs: 60_000,
+      ...options,
+    };
+  }
+
+  /** The jobs followed now, for a node's status. */
+  views(): JobView[] {
+    return [...this.jobs];
+  }
+
+  get size(): number {
+    return this.jobs.size;
+  }
+
+  /**
+   * Follows one job to its end. Resolves with its result, or undefined when the tracker is closed first.
+   * Never rejects.
+   */
+  track(promptId: string, options: TrackOptions = {}): Promise<JobResult | undefined> {
+    if (this.closed) return Promise.resolve(undefined);
+    this.registerOnce();
+    return new Promise<JobResult | undefined>((resolve) => {
+      const job = new TrackedJob(promptId, options, resolve, this.options.pollInitialMs);
+      this.jobs.add(job);
+      if (options.timeoutMs && options.timeoutMs > 0) {
+        job.timeoutTimer = setTimeout(() => this.timeout(job), options.timeoutMs);
+      }
+      const sockets = this.connection.sockets();
+      job.unsubscribe = sockets.subscribe(promptId, (event) => this.onEvent(job, event));
+      if (job.ending) return;
+      this.armQuietCheck(job);
+      this.changed();
+      // The job may have ended before it was awaited, with its events gone: ask once.
+      void this.check(job);
+      if (!sockets.isOpen) this.schedulePoll(job);
+    });
+  }
+
+  /** Stops following every job (their promises resolve with undefined) and leaves the socket. */
+  close(): void {
+    this.closed = true;
+    for (const job of [...this.jobs]) this.release(job, false);
+    this.deregister?.();
+    this.deregister = undefined;
+  }
+
+  private registerOnce(): void {
+    if (this.deregister) return;
+    this.deregister = this.connection.sockets().register({
+      onQueueStatus: (queue, data) => {
+        this.queueRemaining = queue;
+        this.options.onQueueStatus?.(queue, data);
+        this.changed();
+      },
+      onNotification: this.options.onNotification,
+      onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
+      onLog: this.options.log,
+    });
+  }
+
+  private onConnectionState(state: ConnectionState, reconnected: boolean): void {
+    this.connectionState = state;
+    if (state === 'open') {
+      for (const job of this.jobs) {
+        clearTimeout(job.pollTimer);
+        job.pollTimer = undefined;
+        job.pollDelay = this.options.pollInitialMs;
+        if (reconnected) {
+          // Whatever happened while the socket was down is only known over REST.
+          job.gap = true;
+          void this.check(job);
+        }
+      }
+    } else {
+      for (const job of this.jobs) this.schedulePoll(job);
+    }
+    this.changed();
+  }
+
+  private onEvent(job: TrackedJob, event: SocketEvent): void {
+    if (job.ending) return;
+    job.lastEvent = Date.now();
+    const { type, data } = event;
+    if (job.startEpoch !== undefined && event.epoch !== job.startEpoch) job.gap = true;
+    const terminal = TERMINAL_EVENTS[type];
+    if (terminal) {
+      if (type === 'execution_error') void this.end(job, 'failed', { error: executionError(data) });
+      else void this.end(job, terminal, { eventEpoch: event.epoch });
+      return;
+    }
+    switch (type) {
+      case 'execution_start':
+        job.startEpoch = event.epoch;
+        job.gap = false;
+        this.setPhase(job, 'running');
+        break;
+      case 'executing': {
+        const node = data.node;
+        if (node === null || node === undefined || node === '') {
+          this.progress(job, type, data);
+          void this.endedWithoutResult(job);
+          return;
+        }
+        job.node = String(node);
+        job.step = undefined;
+        this.setPhase(job, 'running');
+        break;
+      }
+      case 'progress': {
+        const value = Number(data.value);
+        const max = Number(data.max);
+        if (Number.isFinite(value) && Number.isFinite(max)) job.step = { value, max };
+        if (typeof data.node === 'string') job.node = data.node;
+        this.setPhase(job, 'running');
+        break;
+      }
+      case 'executed': {
+        const node = data.node ?? data.display_node;
+        if (node !== undefined && node !== null) mergeOutput(job.outputs, String(node), data.output);
+        break;
+      }
+      case 'preview':
+        this.preview(job, event);
+        return;
+      case 'text': {
+        const frame = event.frame;
+        if (frame?.type === 3) {
+          job.options.onProgress?.({
+            topic: 'text',
+            payload: frame.text,
+            node: frame.nodeId,
+            prompt_id: job.promptId,
+          });
+        }
+        return;
+      }
+      default:
+        break;
+    }
+    this.progress(job, type, data);
+  }
+
+  private progress(job: TrackedJob, topic: string, payload: Record<string, unknown>): void {
+    job.options.onProgress?.({ topic, payload, prompt_id: job.promptId });
+  }
+
+  private preview(job: TrackedJob, event: SocketEvent): void {
+    const frame = event.frame;
+    if (!job.options.onProgress || !frame || frame.type === 3) return;
+    const limit = this.options.previewsPerSecond;
+    if (limit > 0) {
+      const now = Date.now();
+      if (now - job.previewWindowStart >= 1000) {
+        job.previewWindowStart = now;
+        job.previewsInWindow = 0;
+      }
+      if (job.previewsInWindow >= limit) return;
+      job.previewsInWindow += 1;
+    }
+    const progress: JobProgress = {
+      topic: 'preview',
+      payload: frame.image,
+      image_type: frame.imageType,
+      prompt_id: job.promptId,
+    };
+    if (frame.type === 4) progress.metadata = frame.metadata;
+    job.options.onProgress(progress);
+  }
+
+  private setPhase(job: TrackedJob, phase: 'pending' | 'running'): void {
+    job.phase = phase;
+    job.lastChange = Date.now();
+    this.changed();
+  }
+
+  /** `executing` with no node: the end of the job's run. Only REST can say how it ended. */
+  private async endedWithoutResult(job: TrackedJob): Promise<void> {
+    const answer = await this.ask(job);
+    if (job.ending) return;
+    if (answer && isTerminal(answer.phase)) {
+      await this.end(job, answer.phase, { error: answer.error, fromRest: true });
+    } else {
+      await this.end(job, 'completed', {});
+    }
+  }
+
+  private async ask(job: TrackedJob): Promise<StatusAnswer | undefined> {
+    try {
+      return await checkJobStatus(this.connection.http, job.promptId);
+    } catch (error) {
+      this.log('debug', `graph-gen: status check of ${job.promptId} failed: ${String(error)}`);
+      return undefined;
+    }
+  }
+
+  private async check(job: TrackedJob): Promise<void> {
+    if (job.checking || job.ending) return;
+    job.checking = true;
+    const answer = await this.ask(job);
+    job.checking = false;
+    if (job.ending || !this.jobs.has(job)) return;
+    if (!answer) return;
+    if (isTerminal(answer.phase)) {
+      await this.end(job, answer.phase, { error: answer.error, fromRest: true });
+      return;
+    }
+    if (answer.phase !== job.phase) this.setPhase(job, answer.phase === 'running' ? 'running' : 'pending');
+  }
+
+  private schedulePoll(job: TrackedJob): void {
+    if (job.pollTimer || job.ending || this.closed) return;
+    job.pollTimer = setTimeout(() => {
+      job.pollTimer = undefined;
+      if (job.ending || this.connection.sockets().isOpen) return;
+      job.gap = true;
+      void this.check(job).then(() => {
+        job.pollDelay = Math.min(this.options.pollMaxMs, Math.round(job.pollDelay * 1.5));
+        if (!this.connection.sockets().isOpen) this.schedulePoll(job);
+      });
+    }, job.pollDelay);
+  }
+
+  /** A job silent for a long while with the socket up: its events may never come (another client's id). */
+  private armQuietCheck(job: TrackedJob): void {
+    job.quietTimer = setTimeout(() => {
+      job.quietTimer = undefined;
+      if (job.ending) return;
+      if (Date.now() - job.lastEvent >= this.options.quietCheckMs) {
+        job.lastEvent = Date.now();
+        void this.check(job);
+      }
+      this.armQuietCheck(job);
+    }, this.options.quietCheckMs);
+  }
+
+  private timeout(job: TrackedJob): void {
+    if (job.ending) return;
+    if (job.options.cancelOnTimeout) {
+      this.connection.http
+        .json('/api/queue', { method: 'POST', json: { delete: [job.promptId] }, action: 'cancelling a job' })
+        .catch((error: unknown) =>
+          this.log(
+            'warn',
+            `graph-gen: cancelling ${job.promptId} after its timeout failed: ${String(error)}`,
+          ),
+        );
+    }
+    void this.end(job, 'timeout', {});
+  }
+
+  private async end(
+    job: TrackedJob,
+    status: JobEndStatus,
+    details: { error?: ExecutionError; fromRest?: boolean; eventEpoch?: number },
+  ): Promise<void> {
+    if (job.ending) return;
+    job.ending = true;
+    const result: JobResult = { prompt_id: job.promptId, status };
+    if (status === 'failed') {
+      result.error = details.error ?? {
+        exception_type: 'unknown',
+        exception_message: 'the service reports the job as failed',
+        traceback: [],
+      };
+    }
+    if (status === 'completed') {
+      const complete =
+        !details.fromRest &&
+        !job.gap &&
+        job.startEpoch !== undefined &&
+        (details.eventEpoch === undefined || details.eventEpoch === job.startEpoch);
+      let outputs = job.outputs;
+      if (!complete) {
+        const fetched = await fetchOutputs(this.connection.http, job.promptId, (message) =>
+          this.log('debug', `graph-gen: ${message}`),
+        );
+        if (fetched) outputs = fetched;
+        else result.outputs_incomplete = true;
+      }
+      result.outputs = outputs;
+      result.files = filesOf(outputs);
+    }
+    if (!this.jobs.has(job)) return;
+    this.release(job, true);
+    job.resolve(result);
+    this.changed();
+  }
+
+  private release(job: TrackedJob, ended: boolean): void {
+    job.ending = true;
+    clearTimeout(job.timeoutTimer);
+    clearTimeout(job.pollTimer);
+    clearTimeout(job.quietTimer);
+    job.timeoutTimer = job.pollTimer = job.quietTimer = undefined;
+    job.unsubscribe({ ended });
+    this.jobs.delete(job);
+    if (!ended) job.resolve(undefined);
+  }
+
+  private changed(): void {
+    this.options.onChange?.();
+  }
+
+  private log(level: 'debug' | 'warn', message: string): void {
+    this.options.log?.(level, this.connection.http.redact(message));
+  }
+}
