@@ -143,7 +143,7 @@ export class JobTracker {
    */
   track(promptId: string, options: TrackOptions = {}): Promise<JobResult | undefined> {
     if (this.closed) return Promise.resolve(undefined);
-    this.registerOnce();
+    this.start();
     return new Promise<JobResult | undefined>((resolve) => {
       const job = new TrackedJob(promptId, options, resolve, this.options.pollInitialMs);
       this.jobs.add(job);
@@ -169,7 +169,8 @@ export class JobTracker {
     this.deregister = undefined;
   }
 
-  private registerOnce(): void {
+  /** Registers with the socket manager (without opening it), so the socket state shows at once. */
+  start(): void {
     if (this.deregister) return;
     this.deregister = this.connection.sockets().register({
       onQueueStatus: (queue, data) => {

@@ -1,0 +1,162 @@
+/**
+ * graph-gen-await-job: waits for jobs (any number at once) over the config node's shared socket and sends
+ * the result on output 1 (completed), output 2 (failed, cancelled, timeout) and, when enabled, every live
+ * event on output 3. The following itself is done by JobTracker; this file reads settings and msgs, sends
+ * and keeps the status.
+ */
+import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
+import { invalidInput } from '../http/errors';
+import { JobTracker, type JobProgress, type JobResult } from '../generation/job-tracker';
+import { evaluateProperty, fail, shortText, statusFailed } from './node-helpers';
+import type graphGenConfig from './graph-gen-config';
+
+interface AwaitJobDef extends NodeDef {
+  server: string;
+  timeout?: string;
+  timeoutType?: string;
+  cancelOnTimeout?: boolean;
+  progress?: boolean;
+  previewRate?: number | string;
+}
+
+type Send = (msg: Array<NodeMessage | null>) => void;
+type Done = (error?: Error) => void;
+
+/** Status updates at most this often: events can come by the thousand per second. */
+const STATUS_INTERVAL_MS = 150;
+const DEFAULT_PREVIEW_RATE = 2;
+
+export = function (RED: NodeAPI): void {
+  function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
+    RED.nodes.createNode(this, def);
+    const node = this;
+    const config = RED.nodes.getNode(def.server) as graphGenConfig.GraphGenConfigNode | null;
+    const progressEnabled = def.progress === true;
+    const rate = Number(def.previewRate);
+    const previewsPerSecond = Number.isFinite(rate) && rate >= 0 ? rate : DEFAULT_PREVIEW_RATE;
+    let lastOutcome: NodeStatus = {};
+    let statusTimer: NodeJS.Timeout | undefined;
+    let closing = false;
+
+    if (!config?.connection) {
+      node.status(statusFailed(RED._('graph-gen-await-job.status.no-config')));
+    }
+
+    const tracker = config?.connection
+      ? new JobTracker(config.connection, {
+          previewsPerSecond,
+          onChange: () => scheduleStatus(),
+          log: (level, message) => (level === 'warn' ? node.warn(message) : node.debug(message)),
+        })
+      : undefined;
+    tracker?.start();
+
+    function currentStatus(): NodeStatus {
+      if (!tracker) return statusFailed(RED._('graph-gen-await-job.status.no-config'));
+      if (tracker.connectionState === 'unauthorized')
+        return statusFailed(RED._('graph-gen-await-job.status.unauthorized'));
+      const jobs = tracker.views();
+      if (jobs.length === 0) return lastOutcome;
+      const running = jobs.filter((job) => job.phase === 'running');
+      if (running.length > 0) {
+        const latest = running.reduce((a, b) => (b.lastChange > a.lastChange ? b : a));
+        const step = latest.step ? ` ${latest.step.value}/${latest.step.max}` : '';
+        const text = `${RED._('graph-gen-await-job.status.running')} ${latest.node ?? ''}${step}`;
+        return { fill: 'green', shape: 'dot', text: shortText(text.replace(/\s+/g, ' ').trim()) };
+      }
+      if (tracker.connectionState === 'down')
+        return { fill: 'yellow', shape: 'ring', text: RED._('graph-gen-await-job.status.reconnecting') };
+      const queued = tracker.queueRemaining ?? jobs.length;
+      return {
+        fill: 'yellow',
+        shape: 'ring',
+        text: shortText(`${RED._('graph-gen-await-job.status.queued')} ${queued}`),
+      };
+    }
+
+    function scheduleStatus(): void {
+      if (statusTimer || closing) return;
+      statusTimer = setTimeout(() => {
+        statusTimer = undefined;
+        if (!closing) node.status(currentStatus());
+      }, STATUS_INTERVAL_MS);
+    }
+
+    function finished(msg: NodeMessage, result: JobResult, send: Send, done: Done): void {
+      msg.payload = result;
+      if (result.status === 'completed') {
+        lastOutcome = { fill: 'green', shape: 'dot', text: RED._('graph-gen-await-job.status.done') };
+        send([msg, null, null]);
+      } else {
+        const reason =
+          result.status === 'failed'
+            ? (result.error?.exception_type ?? 'failed')
+            : RED._(`graph-gen-await-job.status.${result.status}`);
+        lastOutcome = statusFailed(reason);
+        send([null, msg, null]);
+      }
+      scheduleStatus();
+      done();
+    }
+
+    function progressMessage(msg: NodeMessage, progress: JobProgress): NodeMessage {
+      const out: NodeMessage & Record<string, unknown> = {
+        ...msg,
+        topic: progress.topic,
+        payload: progress.payload,
+        prompt_id: progress.prompt_id,
+      };
+      if (progress.image_type) out.image_type = progress.image_type;
+      if (progress.metadata) out.metadata = progress.metadata;
+      if (progress.node !== undefined) out.node = progress.node;
+      return out;
+    }
+
+    async function handle(msg: NodeMessageInFlow, send: Send, done: Done): Promise<void> {
+      if (!tracker) throw invalidInput(RED._('graph-gen-await-job.errors.no-config'));
+      const payload = msg.payload as { prompt_id?: unknown } | undefined;
+      const promptId =
+        (msg as { prompt_id?: unknown }).prompt_id ??
+        (payload && typeof payload === 'object' ? payload.prompt_id : undefined);
+      if (typeof promptId !== 'string' || promptId.trim() === '')
+        throw invalidInput(RED._('graph-gen-await-job.errors.no-prompt-id'));
+      const fromMsg = (msg as { timeout?: unknown }).timeout;
+      const timeoutValue =
+        fromMsg !== undefined
+          ? fromMsg
+          : await evaluateProperty(RED, node, msg, def.timeout, def.timeoutType ?? 'num');
+      const seconds = timeoutValue === undefined || timeoutValue === '' ? 0 : Number(timeoutValue);
+      if (!Number.isFinite(seconds) || seconds < 0)
+        throw invalidInput(RED._('graph-gen-await-job.errors.bad-timeout'));
+      const base: NodeMessage = { ...msg };
+      delete base.payload;
+      const result = await tracker.track(promptId.trim(), {
+        timeoutMs: seconds * 1000,
+        cancelOnTimeout: def.cancelOnTimeout === true,
+        onProgress: progressEnabled
+          ? (progress) => send([null, null, progressMessage(base, progress)])
+          : undefined,
+      });
+      if (!result) {
+        // The node is closing: the msg ends here without a result.
+        done();
+        return;
+      }
+      (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
+      finished(msg, result, send, done);
+    }
+
+    node.on('input', (msg, send, done) => {
+      handle(msg, send as Send, done).catch((error: unknown) => fail(node, done, error));
+    });
+
+    node.on('close', (_removed: boolean, done: () => void) => {
+      closing = true;
+      clearTimeout(statusTimer);
+      tracker?.close();
+      done();
+    });
+  }
+
+  RED.nodes.registerType('graph-gen-await-job', GraphGenAwaitJob);
+};

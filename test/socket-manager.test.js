@@ -1,0 +1,305 @@
+'use strict';
+const assert = require('node:assert/strict');
+const net = require('node:net');
+const { startSandbox } = require('../dist/sandbox');
+const { SocketManager } = require('../dist/generation/socket-manager');
+const { encodePreview, encodeText, encodePreviewWithMetadata } = require('../dist/generation/frames');
+const { KEY, workflow, sleep, until } = require('./socket-support');
+
+const fast = { backoffBaseMs: 20, backoffMaxMs: 200, stableMs: 60_000, pingIntervalMs: 30_000, graceMs: 50 };
+
+describe('socket manager', () => {
+  let sandbox;
+  const managers = [];
+  const logs = [];
+
+  function manager(options = {}) {
+    const created = new SocketManager({
+      baseUrl: sandbox.url,
+      apiKey: KEY,
+      clientId: `client-${managers.length}`,
+      timings: fast,
+      logger: (level, message) => logs.push(`${level}: ${message}`),
+      ...options,
+    });
+    managers.push(created);
+    return created;
+  }
+
+  /** Collects every event of one prompt_id. */
+  function listen(sockets, promptId) {
+    const events = [];
+    const unsubscribe = sockets.subscribe(promptId, (event) => events.push(event));
+    return { events, unsubscribe, types: () => events.map((e) => e.type) };
+  }
+
+  before(async () => {
+    sandbox = await startSandbox({ generationApiKey: KEY, events: { stepDelayMs: 1 } });
+  });
+  after(async () => {
+    await Promise.all(managers.map((m) => m.close()));
+    await sandbox.close();
+  });
+  beforeEach(() => {
+    sandbox.faults.clear();
+    sandbox.counters.reset();
+    sandbox.events.options.concurrency = undefined;
+    logs.length = 0;
+  });
+  afterEach(async () => {
+    await Promise.all(managers.splice(0).map((m) => m.close()));
+    await until(() => sandbox.counters.socketsOpen === 0, 'the sockets to close');
+    for (const line of logs) assert.equal(line.includes(KEY), false, `the key appears in a log: ${line}`);
+  });
+
+  it('opens one socket at /ws with clientId and token and announces preview metadata support', async () => {
+    const sockets = manager({ clientId: 'abc-123' });
+    assert.equal(await sockets.ready(5000), true);
+    assert.equal(await sockets.ready(5000), true);
+    const [handshake] = sandbox.counters.handshakes;
+    assert.equal(handshake.path, '/ws');
+    assert.equal(handshake.query.get('clientId'), 'abc-123');
+    assert.equal(handshake.query.get('token'), KEY);
+    assert.equal(sandbox.counters.socketsOpened, 1);
+    const job = sandbox.jobs.submit(workflow(), 'abc-123');
+    const { events } = listen(sockets, job.id);
+    await until(() => events.some((e) => e.type === 'execution_success'), 'the job to end');
+    const previews = events.filter((e) => e.type === 'preview');
+    assert.equal(previews.length, 3);
+    assert.equal(previews[0].frame.type, 4, 'type-4 previews after feature_flags');
+    assert.equal(previews[0].data.prompt_id, job.id);
+  });
+
+  it('says false within the time when the service cannot be reached', async () => {
+    const port = await new Promise((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port: free } = probe.address();
+        probe.close(() => resolve(free));
+      });
+    });
+    const sockets = manager({ baseUrl: `http://127.0.0.1:${port}` });
+    const started = Date.now();
+    assert.equal(await sockets.ready(300), false);
+    assert.ok(Date.now() - started < 1500);
+  });
+
+  it('sends each job only its own events, and status and notification to every user', async () => {
+    const sockets = manager();
+    const queue = [];
+    const notes = [];
+    const leave = sockets.register({
+      onQueueStatus: (n) => queue.push(n),
+      onNotification: (t) => notes.push(t),
+    });
+    await sockets.ready(5000);
+    const a = sandbox.jobs.submit(workflow({}, { prefix: 'a' }));
+    const b = sandbox.jobs.submit(workflow({}, { prefix: 'b' }));
+    const la = listen(sockets, a.id);
+    const lb = listen(sockets, b.id);
+    sandbox.events.broadcast('notification', { value: 'maintenance at noon' });
+    await until(
+      () => la.types().includes('execution_success') && lb.types().includes('execution_success'),
+      'both jobs',
+    );
+    for (const [listener, job] of [
+      [la, a],
+      [lb, b],
+    ]) {
+      assert.ok(listener.events.every((e) => e.data.prompt_id === job.id));
+    }
+    assert.ok(
+      queue.some((n) => typeof n === 'number'),
+      'queue counts reach users',
+    );
+    assert.deepEqual(notes, ['maintenance at noon']);
+    leave();
+  });
+
+  it('keeps the events of a job nobody awaits yet and replays them in order', async () => {
+    const sockets = manager();
+    await sockets.ready(5000);
+    const job = sandbox.jobs.submit(workflow());
+    await until(() => job.state === 'completed', 'the job to end');
+    await sleep(30);
+    const { types } = listen(sockets, job.id);
+    assert.deepEqual(types(), [
+      'execution_start',
+      'execution_cached',
+      'executing',
+      'executing',
+      'progress',
+      'progress_state',
+      'preview',
+      'progress',
+      'progress_state',
+      'preview',
+      'progress',
+      'progress_state',
+      'preview',
+      'executing',
+      'executed',
+      'execution_success',
+      'executing',
+    ]);
+  });
+
+  it('bounds what it keeps: events per job, number of jobs, age', async () => {
+    const sockets = manager({ limits: { eventsPerJob: 5, jobs: 3, maxAgeMs: 60_000 } });
+    await sockets.ready(5000);
+    for (let i = 0; i < 5; i++)
+      sandbox.events.sendRaw(
+        JSON.stringify({ type: 'executing', data: { node: String(i), prompt_id: `kept-${i}` } }),
+      );
+    const many = Array.from({ length: 9 }, (_, i) => ({
+      type: 'progress',
+      data: { value: i, max: 9, prompt_id: 'kept-4' },
+    }));
+    for (const event of many) sandbox.events.sendRaw(JSON.stringify(event));
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_success', data: { prompt_id: 'kept-4' } }));
+    await until(() => sockets.stats.framesReceived >= 16, 'the frames');
+    assert.equal(sockets.keptJobs, 3, 'only the newest three jobs are kept');
+    assert.deepEqual(listen(sockets, 'kept-0').events, [], 'the oldest job was dropped');
+    const kept = listen(sockets, 'kept-4').types();
+    assert.equal(kept.length, 5);
+    assert.equal(kept[0], 'executing', 'progress is dropped first');
+    assert.equal(kept.at(-1), 'execution_success', 'the end is kept');
+
+    const aged = manager({ limits: { maxAgeMs: 30 } });
+    await aged.ready(5000);
+    sandbox.events.sendRaw(JSON.stringify({ type: 'executing', data: { node: '1', prompt_id: 'old' } }));
+    await sleep(60);
+    sandbox.events.sendRaw(JSON.stringify({ type: 'executing', data: { node: '1', prompt_id: 'new' } }));
+    await until(() => aged.keptJobs >= 1 && aged.stats.framesReceived >= 3, 'the frames');
+    await sleep(20);
+    assert.deepEqual(listen(aged, 'old').events, [], 'an old kept job was dropped');
+  });
+
+  it('gives prompt-less binary frames (types 1 and 3) to the job that is executing', async () => {
+    const sockets = manager();
+    await sockets.ready(5000);
+    sandbox.events.sendRaw(encodePreview('jpeg', Buffer.from([0xff, 0xd8, 0xff, 1])), 'client-0');
+    const { events } = listen(sockets, 'p-exec');
+    const other = listen(sockets, 'p-other');
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_start', data: { prompt_id: 'p-exec' } }));
+    sandbox.events.sendRaw(JSON.stringify({ type: 'executing', data: { node: '5', prompt_id: 'p-exec' } }));
+    sandbox.events.sendRaw(encodePreview('png', Buffer.from('89504e47', 'hex')));
+    sandbox.events.sendRaw(encodeText('5', 'step text'));
+    sandbox.events.sendRaw(
+      encodePreviewWithMetadata({ prompt_id: 'p-other', node_id: '2' }, Buffer.from('89504e47', 'hex')),
+    );
+    sandbox.events.sendRaw(JSON.stringify({ type: 'executing', data: { node: null, prompt_id: 'p-exec' } }));
+    sandbox.events.sendRaw(encodePreview('png', Buffer.from('89504e47', 'hex')));
+    await until(() => sockets.stats.framesReceived >= 8, 'the frames');
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['execution_start', 'executing', 'preview', 'text', 'executing'],
+    );
+    assert.equal(events[2].frame.imageType, 'png');
+    assert.equal(events[3].data.text, 'step text');
+    assert.equal(events[3].data.node, '5');
+    assert.deepEqual(other.types(), ['preview']);
+    assert.equal(sockets.stats.framesDropped, 2, 'the previews while nothing executed are dropped');
+  });
+
+  it('drops garbage, truncated, oversized and unknown frames with a debug log and stays open', async () => {
+    const sockets = manager({ limits: { maxFrameBytes: 4096 } });
+    await sockets.ready(5000);
+    const frames = [
+      'not json',
+      '[1,2]',
+      '{"data":{}}',
+      '{"type":"executing","data":"x"}',
+      Buffer.from([0, 0, 0, 1]),
+      Buffer.from([0, 0, 0, 3, 0, 0, 0, 99, 0x41]),
+      Buffer.from([0, 0, 0, 4, 0, 0, 0, 2, 0x7b]),
+      Buffer.from([0, 0, 0, 9, 0, 0, 0, 0]),
+      encodePreviewWithMetadata({ prompt_id: 'p' }, Buffer.alloc(8192)),
+      encodePreviewWithMetadata({ node_id: '1' }, Buffer.from('89504e47', 'hex')),
+    ];
+    for (const frame of frames) sandbox.events.sendRaw(frame);
+    await until(() => sockets.stats.framesReceived >= frames.length + 1, 'the frames');
+    assert.equal(sockets.stats.framesDropped, 9);
+    assert.equal(sockets.stats.unknownBinaryFrames, 1);
+    assert.ok(logs.some((line) => /debug: .*dropped a frame: oversized/.test(line)));
+    assert.equal(sockets.state, 'open');
+    assert.equal(sandbox.counters.socketsOpened, 1);
+    const job = sandbox.jobs.submit(workflow());
+    const { types } = listen(sockets, job.id);
+    await until(() => types().includes('execution_success'), 'a job after the garbage');
+  });
+
+  it('reconnects after a drop, the old socket fully closed before the new one opens', async () => {
+    const sockets = manager();
+    const states = [];
+    sockets.register({
+      onConnectionState: (state, reconnected) => states.push(`${state}${reconnected ? '+' : ''}`),
+    });
+    await sockets.ready(5000);
+    const openAtHandshake = [];
+    const handshakes = sandbox.counters.handshakes;
+    const push = handshakes.push.bind(handshakes);
+    handshakes.push = (...seen) => {
+      openAtHandshake.push(sandbox.counters.socketsOpen);
+      return push(...seen);
+    };
+    for (let i = 0; i < 3; i++) {
+      sandbox.events.dropSockets();
+      await until(() => sockets.stats.socketsOpened === i + 2 && sockets.isOpen, 'a reconnect');
+    }
+    assert.deepEqual(openAtHandshake, [0, 0, 0]);
+    assert.deepEqual(
+      states.filter((s) => s.startsWith('open')),
+      ['open', 'open+', 'open+', 'open+'],
+    );
+    assert.ok(states.includes('down'));
+  });
+
+  it('closes a socket that answers no ping, then reconnects', async () => {
+    const sockets = manager({ timings: { ...fast, pingIntervalMs: 60 } });
+    sockets.register({});
+    await sockets.ready(5000);
+    const deaf = [...sandbox.server.sockets];
+    for (const client of deaf) client._socket.pause();
+    await until(
+      () => sockets.stats.socketsOpened === 2 && sockets.isOpen,
+      'a reconnect after a dead socket',
+      5000,
+    );
+    for (const client of deaf) client._socket.resume();
+    assert.ok(logs.some((line) => /no pong/.test(line)));
+  });
+
+  it('backs off to the cap on a refused key, shows unauthorized and never spins', async () => {
+    const sockets = manager({ apiKey: 'wrong-key-123', timings: { ...fast, backoffMaxMs: 30_000 } });
+    const states = [];
+    sockets.register({ onConnectionState: (state) => states.push(state) });
+    assert.equal(await sockets.ready(2000), false);
+    await sleep(600);
+    assert.equal(sandbox.counters.handshakes.length, 1, 'one refused handshake, no spinning');
+    assert.equal(sockets.state, 'unauthorized');
+    assert.ok(states.includes('unauthorized'));
+    assert.equal(await sockets.ready(1000), false, 'ready answers at once while backing off');
+    for (const line of logs) assert.equal(line.includes('wrong-key-123'), false, line);
+  });
+
+  it('closes after a grace time when its last user and subscription leave, and opens again on use', async () => {
+    const sockets = manager();
+    const leave = sockets.register({});
+    const unsubscribe = sockets.subscribe('nobody', () => undefined);
+    await sockets.ready(5000);
+    leave();
+    await sleep(100);
+    assert.equal(sockets.isOpen, true, 'a subscription keeps it open');
+    unsubscribe();
+    const leave2 = sockets.register({});
+    await sleep(100);
+    assert.equal(sockets.isOpen, true, 'a user arriving within the grace time keeps it');
+    leave2();
+    await until(() => sockets.state === 'idle' && sandbox.counters.socketsOpen === 0, 'the idle close');
+    assert.equal(await sockets.ready(5000), true);
+    assert.equal(sandbox.counters.socketsOpened, 2);
+    await sockets.close();
+    assert.equal(sockets.state, 'closed');
+    assert.equal(await sockets.ready(100), false);
+  });
+});
