@@ -29,7 +29,10 @@ const DEFAULT_PREVIEW_RATE = 2;
 export = function (RED: NodeAPI): void {
   function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
     RED.nodes.createNode(this, def);
-    const node = this;
+    setUp(this, def);
+  }
+
+  function setUp(node: Node, def: AwaitJobDef): void {
     const config = RED.nodes.getNode(def.server) as graphGenConfig.GraphGenConfigNode | null;
     const progressEnabled = def.progress === true;
     const rate = Number(def.previewRate);
