@@ -288,6 +288,22 @@ describe('automation-list-workflows', () => {
     });
   });
 
+  describe('redeploy', () => {
+    it('stops a walk in progress at once, without an error or an unhandled rejection', async () => {
+      sandbox.service.events.once('listed', () =>
+        sandbox.faults.add({ path: '/api/v1/workflows', delayMs: 3000 }),
+      );
+      const { out, caught } = await load({ mode: 'all', limit: '50' });
+      helper.getNode('list').receive({});
+      while (listRequests(sandbox).length < 2) await new Promise((resolve) => setTimeout(resolve, 10));
+      const started = Date.now();
+      await helper.unload();
+      assert.ok(Date.now() - started < 1000, `closing took ${Date.now() - started} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(out.received.length + caught.received.length, 0);
+    });
+  });
+
   describe('bad input', () => {
     const table = [
       [{ limit: 0 }, /limit 0 is not a whole number from 1 to 250/],
