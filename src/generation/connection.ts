@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { HttpClient } from '../http/client';
+import { GenerationRestClient } from './rest-client';
 import { SocketManager } from './socket-manager';
 
 export interface GenerationSettings {
@@ -23,6 +24,8 @@ export class GenerationConnection {
   /** Sent as the socket's clientId and as client_id on submit: self-hosted servers route events by it. */
   readonly clientId = randomUUID();
   readonly http: HttpClient;
+  /** The spec's REST calls (upload, submit, download, queue) on `http`. */
+  readonly rest: GenerationRestClient;
   private socketManager?: SocketManager;
 
   constructor(readonly settings: GenerationSettings) {
@@ -32,6 +35,7 @@ export class GenerationConnection {
       secrets: [settings.apiKey, settings.partnerKey],
       serviceName: 'the generation service',
     });
+    this.rest = new GenerationRestClient(this.http);
   }
 
   /** The shared socket manager, created on first use. */

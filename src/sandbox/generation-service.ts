@@ -1,26 +1,677 @@
 /**
- * The generation service's REST stand-in and its storage host (signed download addresses).
- * (Filled in by issue 3.)
+ * The generation service's REST stand-in and its storage host, behaving as real deployments do (spec and
+ * FACTS.md): node definitions, streamed uploads, submit validated like a real server, status in spec or raw
+ * words, jobs/history endpoints (each switchable off to test fallbacks), downloads that redirect to a signed
+ * address on a separate storage server (cloud) or answer with the file (self-hosted), queue and interrupt.
+ * With no API key it is a self-hosted server: no key checked, every route also served without `/api`.
  */
-import type { SandboxServer } from './server';
-import type { GenerationJobs } from './generation-jobs';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
+import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import type http from 'node:http';
+import type { RequestContext, SandboxServer, SeenRequest } from './server';
+import { SandboxServer as Server } from './server';
+import {
+  fileKey,
+  type FileRef,
+  type GenerationJobs,
+  type SandboxJob,
+  type StoredFile,
+} from './generation-jobs';
+import { multipartBoundary, readMultipart, type PartSink } from './multipart';
 
 export interface GenerationServiceOptions {
   /** Raw status words as some deployments answer them, instead of the spec's five. */
   statusWords?: 'spec' | 'raw';
+  /** Serve GET /api/jobs/{id} (default true). */
+  jobsEndpoint?: boolean;
+  /** Serve GET /api/history_v2/{id} (default true). */
+  historyV2Endpoint?: boolean;
+  /** Serve GET /api/history/{id} (default true). */
+  historyEndpoint?: boolean;
+  /** Shape of queue elements: self-hosted arrays `[number, id, prompt, extra, outputs]` or objects. */
+  queueShape?: 'array' | 'object';
+  /** Port of the storage host (default: any free one). */
+  storagePort?: number;
+  /** Where uploads larger than `keepUploadBytes` are written; undefined = their bytes are counted and dropped. */
+  uploadDirectory?: string;
+  /** Uploads up to this size are kept in memory and can be downloaded again (default 16 MiB). */
+  keepUploadBytes?: number;
+  /** Extra node definitions merged into object_info. */
+  nodeDefinitions?: Record<string, NodeDefinition>;
+  /** Lifetime of signed addresses in seconds (default 300). */
+  signedAddressSeconds?: number;
+}
+
+export interface NodeDefinition {
+  input: { required: Record<string, unknown>; optional?: Record<string, unknown> };
+  output: string[];
+  output_name?: string[];
+  name: string;
+  display_name: string;
+  category: string;
+  output_node: boolean;
+  api_node?: boolean;
+  description?: string;
+}
+
+/** One upload as the sandbox received it: what a test or benchmark checks. */
+export interface UploadRecord {
+  route: 'image' | 'mask';
+  name: string;
+  subfolder: string;
+  type: string;
+  size: number;
+  sha256: string;
+  contentType?: string;
+  fields: Record<string, string>;
+  headers: http.IncomingHttpHeaders;
 }
 
 export interface GenerationService {
   /** The separate storage server that signed download addresses point at. */
   storageUrl: string;
   storage: SandboxServer;
+  /** Options as they are now: tests may change them between requests (e.g. switch an endpoint off). */
+  options: GenerationServiceOptions;
+  /** Every upload received, in order. */
+  uploads: UploadRecord[];
+  /** The node definitions served by object_info (tests may add to them). */
+  definitions: Record<string, NodeDefinition>;
+  /** Requests the storage host saw that carried the API key, a cookie, or any X-API-Key header. */
+  storageLeaks(): SeenRequest[];
+  /** Stores a file the service can serve (a generated stream of `size` bytes when `size` is given). */
+  addFile(ref: FileRef, file: StoredFile): void;
   close(): Promise<void>;
 }
 
+const DEFAULT_KEEP_UPLOAD_BYTES = 16 << 20;
+const GENERATED_CHUNK = Buffer.alloc(1 << 20, 'graph-gen sandbox file ');
+
+/** A minimal valid 1x1 PNG, served for outputs the event runner names but nobody stored. */
+const TINY_PNG = Buffer.from(
+  'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==',
+  'base64',
+);
+
+/** The definitions a typical deployment answers with (a text-to-image graph, image/mask loading, a partner node). */
+export function defaultNodeDefinitions(): Record<string, NodeDefinition> {
+  const definition = (
+    name: string,
+    category: string,
+    required: Record<string, unknown>,
+    output: string[],
+    extra: Partial<NodeDefinition> = {},
+  ): NodeDefinition => ({
+    input: { required },
+    output,
+    output_name: output,
+    name,
+    display_name: name.replace(/([a-z])([A-Z])/g, '$1 $2'),
+    category,
+    output_node: false,
+    ...extra,
+  });
+  return {
+    CheckpointLoaderSimple: definition(
+      'CheckpointLoaderSimple',
+      'loaders',
+      { ckpt_name: [['sd_xl_base_1.0.safetensors', 'v1-5-pruned-emaonly.safetensors']] },
+      ['MODEL', 'CLIP', 'VAE'],
+    ),
+    CLIPTextEncode: definition(
+      'CLIPTextEncode',
+      'conditioning',
+      { text: ['STRING', { multiline: true }], clip: ['CLIP'] },
+      ['CONDITIONING'],
+    ),
+    EmptyLatentImage: definition(
+      'EmptyLatentImage',
+      'latent',
+      {
+        width: ['INT', { default: 512, min: 16, max: 16384, step: 8 }],
+        height: ['INT', { default: 512, min: 16, max: 16384, step: 8 }],
+        batch_size: ['INT', { default: 1, min: 1, max: 4096 }],
+      },
+      ['LATENT'],
+    ),
+    KSampler: definition(
+      'KSampler',
+      'sampling',
+      {
+        model: ['MODEL'],
+        seed: ['INT', { default: 0, min: 0, max: Number.MAX_SAFE_INTEGER }],
+        steps: ['INT', { default: 20, min: 1, max: 10000 }],
+        cfg: ['FLOAT', { default: 8.0, min: 0.0, max: 100.0 }],
+        sampler_name: [['euler', 'euler_ancestral', 'dpmpp_2m']],
+        scheduler: [['normal', 'karras', 'simple']],
+        positive: ['CONDITIONING'],
+        negative: ['CONDITIONING'],
+        latent_image: ['LATENT'],
+        denoise: ['FLOAT', { default: 1.0, min: 0.0, max: 1.0 }],
+      },
+      ['LATENT'],
+    ),
+    VAEDecode: definition('VAEDecode', 'latent', { samples: ['LATENT'], vae: ['VAE'] }, ['IMAGE']),
+    VAEEncode: definition('VAEEncode', 'latent', { pixels: ['IMAGE'], vae: ['VAE'] }, ['LATENT']),
+    SaveImage: definition(
+      'SaveImage',
+      'image',
+      { images: ['IMAGE'], filename_prefix: ['STRING', { default: 'ComfyUI' }] },
+      [],
+      { output_node: true },
+    ),
+    PreviewImage: definition('PreviewImage', 'image', { images: ['IMAGE'] }, [], { output_node: true }),
+    LoadImage: definition('LoadImage', 'image', { image: [['example.png'], { image_upload: true }] }, [
+      'IMAGE',
+      'MASK',
+    ]),
+    LoadImageMask: definition(
+      'LoadImageMask',
+      'mask',
+      { image: [['example.png'], { image_upload: true }], channel: [['alpha', 'red', 'green', 'blue']] },
+      ['MASK'],
+    ),
+    PartnerImageGenerate: definition(
+      'PartnerImageGenerate',
+      'api node/image',
+      {
+        prompt: ['STRING', { multiline: true }],
+        size: [['1024x1024', '1024x1536', '1536x1024']],
+      },
+      ['IMAGE'],
+      { api_node: true, description: 'Generates an image with a partner service (needs the partner key).' },
+    ),
+  };
+}
+
+type NodeErrors = Record<
+  string,
+  { errors: Array<{ type: string; message: string; details: string }>; class_type: string }
+>;
+
+interface PromptProblem {
+  error: { type: string; message: string; details: string };
+  node_errors: NodeErrors;
+}
+
+/** Validates a prompt the way self-hosted servers do, answering their 400 body shape. */
+export function validatePrompt(
+  prompt: unknown,
+  definitions: Record<string, NodeDefinition>,
+): PromptProblem | undefined {
+  const invalid = (message: string, details = ''): PromptProblem => ({
+    error: { type: 'invalid_prompt', message, details },
+    node_errors: {},
+  });
+  if (!prompt || typeof prompt !== 'object' || Array.isArray(prompt)) {
+    return invalid('Cannot execute because the prompt is not an object of nodes.');
+  }
+  const nodes = prompt as Record<string, { class_type?: unknown; inputs?: unknown }>;
+  for (const [id, node] of Object.entries(nodes)) {
+    if (!node || typeof node !== 'object' || typeof node.class_type !== 'string') {
+      return invalid('Cannot execute because a node is missing the class_type property.', `Node ID '#${id}'`);
+    }
+    if (!definitions[node.class_type]) {
+      return invalid(`Cannot execute because node ${node.class_type} does not exist.`, `Node ID '#${id}'`);
+    }
+  }
+  const nodeErrors: NodeErrors = {};
+  let hasOutput = false;
+  for (const [id, node] of Object.entries(nodes)) {
+    const definition = definitions[node.class_type as string];
+    if (definition.output_node) hasOutput = true;
+    const inputs = (node.inputs && typeof node.inputs === 'object' ? node.inputs : {}) as Record<
+      string,
+      unknown
+    >;
+    const errors: NodeErrors[string]['errors'] = [];
+    for (const name of Object.keys(definition.input.required)) {
+      const value = inputs[name];
+      if (value === undefined) {
+        errors.push({ type: 'required_input_missing', message: 'Required input is missing', details: name });
+      } else if (Array.isArray(value) && value.length === 2 && typeof value[0] === 'string') {
+        if (!nodes[value[0]]) {
+          errors.push({
+            type: 'bad_linked_input',
+            message: 'Bad linked input, must be a length-2 list of [node_id, slot_index]',
+            details: `${name}, ${JSON.stringify(value)}`,
+          });
+        }
+      }
+    }
+    if (errors.length > 0) nodeErrors[id] = { errors, class_type: node.class_type as string };
+  }
+  if (!hasOutput) {
+    return {
+      error: { type: 'prompt_no_outputs', message: 'Prompt has no outputs', details: '' },
+      node_errors: {},
+    };
+  }
+  if (Object.keys(nodeErrors).length > 0) {
+    return {
+      error: {
+        type: 'prompt_outputs_failed_validation',
+        message: 'Prompt outputs failed validation',
+        details: '',
+      },
+      node_errors: nodeErrors,
+    };
+  }
+  return undefined;
+}
+
+const RAW_WORDS: Record<SandboxJob['state'], string> = {
+  pending: 'queued_waiting',
+  in_progress: 'executing',
+  completed: 'success',
+  failed: 'error',
+  cancelled: 'cancelled',
+};
+
+function contentTypeOf(filename: string): string {
+  const extension = path.extname(filename).toLowerCase();
+  const types: Record<string, string> = {
+    '.png': 'image/png',
+    '.jpg': 'image/jpeg',
+    '.jpeg': 'image/jpeg',
+    '.webp': 'image/webp',
+    '.gif': 'image/gif',
+    '.mp4': 'video/mp4',
+    '.webm': 'video/webm',
+    '.wav': 'audio/wav',
+    '.mp3': 'audio/mpeg',
+    '.flac': 'audio/flac',
+    '.txt': 'text/plain',
+    '.json': 'application/json',
+  };
+  return types[extension] ?? 'application/octet-stream';
+}
+
+/** `size` bytes made on the fly, in large chunks, with backpressure. */
+function generatedStream(size: number): Readable {
+  let left = size;
+  return new Readable({
+    highWaterMark: GENERATED_CHUNK.length,
+    read() {
+      if (left <= 0) {
+        this.push(null);
+        return;
+      }
+      const length = Math.min(left, GENERATED_CHUNK.length);
+      left -= length;
+      this.push(length === GENERATED_CHUNK.length ? GENERATED_CHUNK : GENERATED_CHUNK.subarray(0, length));
+    },
+  });
+}
+
+function sizeOf(file: StoredFile): number {
+  return 'content' in file ? file.content.length : file.size;
+}
+
+/** Answers with a stored file: its bytes, or a generated stream of its size. */
+function sendFile(res: http.ServerResponse, filename: string, file: StoredFile): void {
+  res.writeHead(200, {
+    'content-type': file.contentType ?? contentTypeOf(filename),
+    'content-length': sizeOf(file),
+    'content-disposition': `attachment; filename="${filename.replace(/["\\\r\n]/g, '_')}"`,
+  });
+  if ('content' in file) res.end(file.content);
+  else generatedStream(file.size).pipe(res);
+}
+
+/** Where an upload's bytes go: kept in memory up to a limit, then to disk or nowhere; always hashed. */
+class UploadSink implements PartSink {
+  readonly hash = createHash('sha256');
+  size = 0;
+  private kept: Buffer[] = [];
+  private file?: WriteStream;
+  private filePath?: string;
+
+  constructor(
+    private readonly keepBytes: number,
+    private readonly directory: string | undefined,
+  ) {}
+
+  async write(chunk: Buffer): Promise<void> {
+    this.hash.update(chunk);
+    this.size += chunk.length;
+    if (this.size <= this.keepBytes) {
+      this.kept.push(Buffer.from(chunk));
+      return;
+    }
+    this.kept = [];
+    if (!this.directory) return;
+    if (!this.file) {
+      mkdirSync(this.directory, { recursive: true });
+      this.filePath = path.join(this.directory, `upload-${randomBytes(6).toString('hex')}`);
+      this.file = createWriteStream(this.filePath);
+    }
+    if (!this.file.write(chunk))
+      await new Promise<void>((resolve) => this.file?.once('drain', () => resolve()));
+  }
+
+  async end(): Promise<void> {
+    if (this.file) await new Promise<void>((resolve) => this.file?.end(() => resolve()));
+  }
+
+  stored(contentType: string | undefined): StoredFile {
+    return this.size <= this.keepBytes
+      ? { content: Buffer.concat(this.kept), contentType }
+      : { size: this.size, contentType };
+  }
+}
+
 export async function mountGenerationService(
-  _server: SandboxServer,
-  _jobs: GenerationJobs,
-  _options: GenerationServiceOptions,
+  server: SandboxServer,
+  jobs: GenerationJobs,
+  initialOptions: GenerationServiceOptions,
 ): Promise<GenerationService> {
-  throw new Error('not built yet');
+  const options: GenerationServiceOptions = { ...initialOptions };
+  const definitions = { ...defaultNodeDefinitions(), ...initialOptions.nodeDefinitions };
+  const uploads: UploadRecord[] = [];
+  const signingKey = randomBytes(32);
+  const storage = new Server();
+  await storage.listen(options.storagePort ?? 0);
+
+  // Self-hosted servers serve every route under /api and without it; the cloud only under /api.
+  const api = (route: string): RegExp => new RegExp(`^${jobs.selfHosted ? '(?:/api)?' : '/api'}${route}$`);
+
+  const authorised = (ctx: RequestContext): boolean => {
+    if (jobs.selfHosted || ctx.req.headers['x-api-key'] === jobs.apiKey) return true;
+    ctx.json(401, { code: 'unauthorized', message: 'Invalid or missing API key' });
+    return false;
+  };
+  const route = (method: string, pattern: string, handler: (ctx: RequestContext) => void | Promise<void>) =>
+    server.route(method, api(pattern), (ctx) => (authorised(ctx) ? handler(ctx) : undefined));
+
+  const notFound = (ctx: RequestContext, what: string) => ctx.json(404, { code: 'not_found', message: what });
+  const statusWord = (job: SandboxJob) => (options.statusWords === 'raw' ? RAW_WORDS[job.state] : job.state);
+  const terminal = (job: SandboxJob) =>
+    job.state === 'completed' || job.state === 'failed' || job.state === 'cancelled';
+  const readJson = async (ctx: RequestContext): Promise<unknown> => {
+    const text = (await ctx.body()).toString('utf8');
+    if (text.trim() === '') return undefined;
+    return JSON.parse(text);
+  };
+
+  const sign = (key: string, expires: number) =>
+    createHmac('sha256', signingKey).update(`${key}\n${expires}`).digest('hex');
+
+  route('GET', '/object_info', (ctx) => ctx.json(200, definitions));
+  route('GET', '/object_info/([^/]+)', (ctx) => {
+    const name = decodeURIComponent(ctx.params[0]);
+    const definition = definitions[name];
+    ctx.json(200, definition ? { [name]: definition } : {});
+  });
+
+  const upload = (kind: 'image' | 'mask') => async (ctx: RequestContext) => {
+    const boundary = multipartBoundary(ctx.req.headers['content-type']);
+    if (!boundary) {
+      ctx.res.writeHead(400, { 'content-type': 'text/plain' }).end('Expected a multipart/form-data body');
+      return;
+    }
+    let sink: UploadSink | undefined;
+    let form;
+    try {
+      form = await readMultipart(ctx.req, boundary, (part) => {
+        if (part.field !== 'image' || sink) return undefined;
+        sink = new UploadSink(options.keepUploadBytes ?? DEFAULT_KEEP_UPLOAD_BYTES, options.uploadDirectory);
+        return sink;
+      });
+    } catch (error) {
+      ctx.res.writeHead(400, { 'content-type': 'text/plain' }).end(String(error));
+      return;
+    }
+    const image = form.files.find((file) => file.field === 'image');
+    if (!image || !sink) {
+      // Self-hosted servers answer a missing file with a bare 400.
+      ctx.res.writeHead(400).end();
+      return;
+    }
+    const fields = form.fields;
+    const type = fields.type || 'input';
+    let subfolder = fields.subfolder ?? '';
+    if (kind === 'mask') {
+      let original: Partial<FileRef> | undefined;
+      try {
+        original = JSON.parse(fields.original_ref ?? '') as Partial<FileRef>;
+      } catch {
+        original = undefined;
+      }
+      if (!original?.filename) {
+        ctx.res
+          .writeHead(400, { 'content-type': 'text/plain' })
+          .end('original_ref with a filename is required');
+        return;
+      }
+      subfolder = fields.subfolder ?? 'clipspace';
+    }
+    if (subfolder.split(/[\\/]/).includes('..') || path.isAbsolute(subfolder)) {
+      ctx.res.writeHead(400).end();
+      return;
+    }
+    let name = path.basename(image.filename || 'image.png');
+    if (fields.overwrite !== 'true' && fields.overwrite !== '1') {
+      // As self-hosted servers do: an existing name gets a " (n)" suffix instead of being replaced.
+      const extension = path.extname(name);
+      const stem = name.slice(0, name.length - extension.length);
+      for (let n = 1; jobs.files.has(fileKey({ filename: name, subfolder, type })); n++) {
+        name = `${stem} (${n})${extension}`;
+      }
+    }
+    jobs.files.set(fileKey({ filename: name, subfolder, type }), sink.stored(image.contentType));
+    uploads.push({
+      route: kind,
+      name,
+      subfolder,
+      type,
+      size: sink.size,
+      sha256: sink.hash.digest('hex'),
+      contentType: image.contentType,
+      fields,
+      headers: ctx.req.headers,
+    });
+    ctx.json(200, { name, subfolder, type });
+  };
+  route('POST', '/upload/image', upload('image'));
+  route('POST', '/upload/mask', upload('mask'));
+
+  route('POST', '/prompt', async (ctx) => {
+    let body: { prompt?: unknown; client_id?: unknown; extra_data?: unknown } | undefined;
+    try {
+      body = (await readJson(ctx)) as typeof body;
+    } catch {
+      ctx.json(400, {
+        error: { type: 'invalid_prompt', message: 'The body is not JSON', details: '' },
+        node_errors: {},
+      });
+      return;
+    }
+    if (!body || typeof body !== 'object' || !('prompt' in body)) {
+      ctx.json(400, {
+        error: { type: 'no_prompt', message: 'No prompt provided', details: '' },
+        node_errors: {},
+      });
+      return;
+    }
+    const problem = validatePrompt(body.prompt, definitions);
+    if (problem) {
+      ctx.json(400, problem);
+      return;
+    }
+    const extraData =
+      body.extra_data && typeof body.extra_data === 'object'
+        ? (body.extra_data as Record<string, unknown>)
+        : undefined;
+    const clientId = typeof body.client_id === 'string' ? body.client_id : undefined;
+    const job = jobs.submit(body.prompt as Record<string, unknown>, clientId, extraData);
+    ctx.json(200, { prompt_id: job.id, number: job.number, node_errors: {} });
+  });
+
+  route('GET', '/job/([^/]+)/status', (ctx) => {
+    // Self-hosted servers have no status endpoint.
+    if (jobs.selfHosted) return notFound(ctx, 'no such route');
+    const job = jobs.jobs.get(decodeURIComponent(ctx.params[0]));
+    if (!job) return notFound(ctx, 'job not found');
+    ctx.json(200, { status: statusWord(job) });
+  });
+
+  route('GET', '/jobs/([^/]+)', (ctx) => {
+    if (options.jobsEndpoint === false) return notFound(ctx, 'no such route');
+    const job = jobs.jobs.get(decodeURIComponent(ctx.params[0]));
+    if (!job) return notFound(ctx, 'job not found');
+    ctx.json(200, {
+      id: job.id,
+      status: statusWord(job),
+      ...(terminal(job) ? { outputs: job.outputs } : {}),
+      ...(job.error ? { execution_error: job.error } : {}),
+    });
+  });
+
+  const history = (enabled: () => boolean) => (ctx: RequestContext) => {
+    if (!enabled()) return notFound(ctx, 'no such route');
+    const job = jobs.jobs.get(decodeURIComponent(ctx.params[0]));
+    // Self-hosted servers answer {} for a prompt that is unknown or not finished.
+    if (!job || !terminal(job)) return ctx.json(200, {});
+    ctx.json(200, {
+      [job.id]: {
+        prompt: [job.number, job.id, job.prompt, { client_id: job.clientId }, outputNodes(job, definitions)],
+        outputs: job.outputs,
+        status: {
+          status_str: job.state === 'completed' ? 'success' : 'error',
+          completed: job.state === 'completed',
+          messages: [],
+        },
+      },
+    });
+  };
+  route(
+    'GET',
+    '/history_v2/([^/]+)',
+    history(() => options.historyV2Endpoint !== false),
+  );
+  route(
+    'GET',
+    '/history/([^/]+)',
+    history(() => options.historyEndpoint !== false),
+  );
+
+  const findFile = (ref: FileRef): StoredFile | undefined => {
+    const stored = jobs.files.get(fileKey(ref));
+    if (stored) return stored;
+    // Outputs the event runner reported but did not store: serve a tiny image so flows run end to end.
+    for (const job of jobs.jobs.values()) {
+      for (const output of Object.values(job.outputs)) {
+        for (const list of Object.values(output)) {
+          if (!Array.isArray(list)) continue;
+          for (const item of list as Array<Partial<FileRef>>) {
+            if (
+              item?.filename === ref.filename &&
+              (item.subfolder ?? '') === ref.subfolder &&
+              (item.type ?? 'output') === ref.type
+            )
+              return { content: TINY_PNG, contentType: 'image/png' };
+          }
+        }
+      }
+    }
+    return undefined;
+  };
+
+  route('GET', '/view', (ctx) => {
+    const query = ctx.url.searchParams;
+    const ref: FileRef = {
+      filename: query.get('filename') ?? '',
+      subfolder: query.get('subfolder') ?? '',
+      type: query.get('type') || 'output',
+    };
+    if (!ref.filename) return ctx.json(400, { code: 'bad_request', message: 'filename is required' });
+    const file = findFile(ref);
+    if (!file) return notFound(ctx, `file ${ref.filename} not found`);
+    if (jobs.selfHosted) return sendFile(ctx.res, ref.filename, file);
+    const key = Buffer.from(JSON.stringify(ref)).toString('base64url');
+    const expires = Math.floor(Date.now() / 1000) + (options.signedAddressSeconds ?? 300);
+    const address = `${storage.url}/files/${key}?expires=${expires}&signature=${sign(key, expires)}`;
+    ctx.res.writeHead(302, { location: address, 'content-length': 0 }).end();
+  });
+
+  const queueElement = (job: SandboxJob) => {
+    const extra: Record<string, unknown> = { ...job.extraData, client_id: job.clientId };
+    // Self-hosted servers leave sensitive extra_data out of what they list; so does the sandbox.
+    for (const field of Object.keys(extra)) if (/key|token/i.test(field)) delete extra[field];
+    if (options.queueShape === 'object') {
+      return { prompt_id: job.id, number: job.number, client_id: job.clientId, created_at: job.createdAt };
+    }
+    return [job.number, job.id, job.prompt, extra, outputNodes(job, definitions)];
+  };
+  route('GET', '/queue', (ctx) =>
+    ctx.json(200, {
+      queue_running: jobs.running().map(queueElement),
+      queue_pending: jobs.pending().map(queueElement),
+    }),
+  );
+  route('POST', '/queue', async (ctx) => {
+    let body: { delete?: unknown; clear?: unknown } | undefined;
+    try {
+      body = (await readJson(ctx)) as typeof body;
+    } catch {
+      return ctx.json(400, { code: 'bad_request', message: 'The body is not JSON' });
+    }
+    const deleted: string[] = [];
+    if (Array.isArray(body?.delete)) {
+      for (const id of body.delete) if (typeof id === 'string' && jobs.cancel(id)) deleted.push(id);
+    }
+    if (body?.clear === true) for (const job of jobs.pending()) if (jobs.cancel(job.id)) deleted.push(job.id);
+    // Self-hosted servers answer with an empty 200; the cloud stand-in says what it cancelled.
+    if (jobs.selfHosted) ctx.res.writeHead(200, { 'content-length': 0 }).end();
+    else ctx.json(200, { deleted });
+  });
+  route('POST', '/interrupt', async (ctx) => {
+    await ctx.body();
+    jobs.interrupt();
+    ctx.res.writeHead(200, { 'content-length': 0 }).end();
+  });
+
+  storage.route('GET', /^\/files\/([^/]+)$/, (ctx) => {
+    const seen = ctx.req.headers;
+    if (seen['x-api-key'] !== undefined || seen.authorization !== undefined) {
+      // As object stores do: a request with a second means of authentication is refused.
+      return ctx.text(400, 'Only one authentication mechanism allowed');
+    }
+    const key = ctx.params[0];
+    const expires = Number(ctx.url.searchParams.get('expires'));
+    const signature = ctx.url.searchParams.get('signature') ?? '';
+    if (!Number.isFinite(expires) || signature !== sign(key, expires))
+      return ctx.text(403, 'Signature mismatch');
+    if (expires < Date.now() / 1000) return ctx.text(403, 'Request has expired');
+    const ref = JSON.parse(Buffer.from(key, 'base64url').toString('utf8')) as FileRef;
+    const file = findFile(ref);
+    if (!file) return ctx.text(404, 'NoSuchKey');
+    sendFile(ctx.res, ref.filename, file);
+  });
+
+  return {
+    storageUrl: storage.url,
+    storage,
+    options,
+    uploads,
+    definitions,
+    storageLeaks: () =>
+      storage.counters.requests.filter((seen) => {
+        if (seen.headers['x-api-key'] !== undefined || seen.headers.cookie !== undefined) return true;
+        if (!jobs.apiKey) return false;
+        const everything = `${seen.path}?${seen.query.toString()} ${JSON.stringify(seen.headers)}`;
+        return everything.includes(jobs.apiKey) || everything.includes(encodeURIComponent(jobs.apiKey));
+      }),
+    addFile: (ref, file) => jobs.files.set(fileKey(ref), file),
+    close: () => storage.close(),
+  };
+}
+
+function outputNodes(job: SandboxJob, definitions: Record<string, NodeDefinition>): string[] {
+  return Object.entries(job.prompt)
+    .filter(([, node]) => definitions[(node as { class_type?: string })?.class_type ?? '']?.output_node)
+    .map(([id]) => id);
 }

@@ -1,0 +1,336 @@
+/**
+ * The generation service's REST calls (spec endpoints 1-9) on a config node's HttpClient: node definitions
+ * (cached), uploads streamed with form-data, submit, downloads that follow the service's redirect to a signed
+ * address WITHOUT the key, and queue control. No Node-RED inside.
+ */
+import { stat } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import FormData from 'form-data';
+import type { HttpClient, RawResponse } from '../http/client';
+import { ServiceError, invalidInput, messageFromBody } from '../http/errors';
+import type { NodeTypeDefinition, Workflow } from './workflow';
+import { describeSubmitProblems } from './workflow';
+
+export interface FileReference {
+  filename: string;
+  subfolder: string;
+  type: string;
+}
+
+export interface UploadRequest {
+  /** The file's bytes, or the path of a local file (streamed, never read whole). */
+  source: Buffer | string;
+  /** Stored name; defaults to the path's base name. */
+  filename?: string;
+  /** `input` (default) or `temp`. */
+  type?: string;
+  overwrite?: boolean;
+  /** Mask mode: the image the mask belongs to. */
+  originalRef?: unknown;
+  mask?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface UploadResult {
+  name: string;
+  subfolder?: string;
+  type?: string;
+  [field: string]: unknown;
+}
+
+export interface SubmitResult {
+  prompt_id: string;
+  number?: number;
+  node_errors?: Record<string, unknown>;
+  [field: string]: unknown;
+}
+
+export interface QueueState {
+  queue_running?: unknown[];
+  queue_pending?: unknown[];
+  [field: string]: unknown;
+}
+
+/** An open download: the caller must consume or dump `body`. */
+export interface OpenFile {
+  contentType?: string;
+  contentLength?: number;
+  body: RawResponse['body'];
+}
+
+const REDIRECTS = [301, 302, 303, 307, 308];
+const MAX_FOREIGN_REDIRECTS = 3;
+
+function header(response: RawResponse, name: string): string | undefined {
+  const value = response.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** The prompt id of a queue element, whatever its shape: `[number, id, ...]` or `{prompt_id}` / `{id}`. */
+export function promptIdOfQueueElement(element: unknown): string | undefined {
+  if (Array.isArray(element)) return typeof element[1] === 'string' ? element[1] : undefined;
+  if (element && typeof element === 'object') {
+    const record = element as Record<string, unknown>;
+    const id = record.prompt_id ?? record.id;
+    return typeof id === 'string' ? id : undefined;
+  }
+  return undefined;
+}
+
+export class GenerationRestClient {
+  private definitions?: Record<string, NodeTypeDefinition>;
+  private definitionsLoading?: Promise<Record<string, NodeTypeDefinition>>;
+
+  constructor(private readonly http: HttpClient) {}
+
+  /** GET /api/object_info, cached until `refresh` or a lookup misses. */
+  async nodeDefinitions(refresh = false): Promise<Record<string, NodeTypeDefinition>> {
+    if (this.definitions && !refresh) return this.definitions;
+    this.definitionsLoading ??= this.http
+      .json<Record<string, NodeTypeDefinition>>('/api/object_info', {
+        action: 'reading the node definitions',
+      })
+      .then(({ body }) => {
+        if (!body || typeof body !== 'object' || Array.isArray(body)) {
+          throw new ServiceError(
+            'server_error',
+            'the generation service answered the node definitions with something that is not an object of nodes',
+          );
+        }
+        this.definitions = body;
+        return body;
+      })
+      .finally(() => {
+        this.definitionsLoading = undefined;
+      });
+    return this.definitionsLoading;
+  }
+
+  /**
+   * The definitions of the given node types. A type missing from the cache refreshes it once (the service
+   * may have gained nodes since it was read); still missing = not in the answer.
+   */
+  async definitionsFor(classTypes: string[]): Promise<Record<string, NodeTypeDefinition>> {
+    const cached = this.definitions !== undefined;
+    let definitions = await this.nodeDefinitions();
+    if (cached && classTypes.some((type) => !(type in definitions)))
+      definitions = await this.nodeDefinitions(true);
+    return Object.fromEntries(
+      classTypes.filter((type) => type in definitions).map((type) => [type, definitions[type]]),
+    );
+  }
+
+  /** POST /api/upload/image or /api/upload/mask, the file streamed. Bad input is refused before sending. */
+  async upload(request: UploadRequest): Promise<UploadResult> {
+    const form = new FormData();
+    const mask = request.mask === true || request.originalRef !== undefined;
+    let filename = request.filename;
+    if (Buffer.isBuffer(request.source)) {
+      if (request.source.length === 0)
+        throw invalidInput('The file to upload is empty (msg.payload has no bytes)');
+      if (!filename)
+        throw invalidInput('msg.filename is needed to upload a Buffer: give the stored file name');
+      form.append('image', request.source, { filename, knownLength: request.source.length });
+    } else if (typeof request.source === 'string' && request.source.trim() !== '') {
+      const file = request.source;
+      const info = await stat(file).catch((error: NodeJS.ErrnoException) => {
+        throw invalidInput(
+          error.code === 'ENOENT'
+            ? `The file to upload does not exist: ${file}`
+            : `The file to upload cannot be read: ${file} (${error.code ?? error.message})`,
+        );
+      });
+      if (info.isDirectory()) throw invalidInput(`The path to upload is a directory, not a file: ${file}`);
+      if (!info.isFile()) throw invalidInput(`The path to upload is not a regular file: ${file}`);
+      if (info.size === 0) throw invalidInput(`The file to upload is empty: ${file}`);
+      filename ||= path.basename(file);
+      form.append('image', createReadStream(file, { highWaterMark: 256 << 10 }), {
+        filename,
+        knownLength: info.size,
+      });
+    } else {
+      throw invalidInput('msg.payload must be a Buffer (the file) or a string (a local file path) to upload');
+    }
+    if (mask) {
+      const original = request.originalRef as Partial<FileReference> | undefined;
+      if (
+        !original ||
+        typeof original !== 'object' ||
+        typeof original.filename !== 'string' ||
+        !original.filename
+      ) {
+        throw invalidInput(
+          'msg.original_ref must name the image the mask belongs to: {filename, subfolder, type} with a filename',
+        );
+      }
+      form.append('type', 'input');
+      form.append('subfolder', 'clipspace');
+      form.append(
+        'original_ref',
+        JSON.stringify({
+          filename: original.filename,
+          subfolder: original.subfolder ?? '',
+          type: original.type ?? 'input',
+        }),
+      );
+    } else {
+      form.append('type', request.type || 'input');
+    }
+    form.append('overwrite', request.overwrite === false ? 'false' : 'true');
+
+    const body = new PassThrough({ highWaterMark: 256 << 10 });
+    form.on('error', (error: Error) => body.destroy(error));
+    form.pipe(body);
+    const { body: result } = await this.http.json<UploadResult>(
+      mask ? '/api/upload/mask' : '/api/upload/image',
+      {
+        method: 'POST',
+        body,
+        headers: { ...form.getHeaders(), 'content-length': String(form.getLengthSync()) },
+        signal: request.signal,
+        action: `uploading "${filename}"`,
+      },
+    );
+    if (!result || typeof result !== 'object' || typeof result.name !== 'string') {
+      throw new ServiceError(
+        'server_error',
+        `the generation service answered the upload of "${filename}" without the stored name`,
+        { body: this.http.redact(result) },
+      );
+    }
+    return result;
+  }
+
+  /** POST /api/prompt. An answer with `error` or non-empty `node_errors` is a failure naming the nodes. */
+  async submit(
+    prompt: Workflow,
+    clientId: string,
+    extraData?: Record<string, unknown>,
+  ): Promise<SubmitResult> {
+    const payload: Record<string, unknown> = { prompt, client_id: clientId };
+    if (extraData && Object.keys(extraData).length > 0) payload.extra_data = extraData;
+    let answer: { status: number; body: SubmitResult };
+    try {
+      answer = await this.http.json<SubmitResult>('/api/prompt', {
+        method: 'POST',
+        json: payload,
+        idempotent: false,
+        action: 'submitting the workflow',
+      });
+    } catch (error) {
+      // A 400 names the broken nodes in its body: say which in the message.
+      if (error instanceof ServiceError && error.code === 'invalid_request') {
+        const problems = describeSubmitProblems(error.cause.body);
+        if (problems) {
+          throw new ServiceError(
+            'invalid_request',
+            this.http.redact(`the generation service refused the workflow: ${problems}`),
+            error.cause,
+          );
+        }
+      }
+      throw error;
+    }
+    const problems = describeSubmitProblems(answer.body);
+    if (problems) {
+      throw new ServiceError(
+        'invalid_request',
+        this.http.redact(`the generation service refused the workflow: ${problems}`),
+        {
+          status: answer.status,
+          body: this.http.redact(answer.body),
+        },
+      );
+    }
+    if (!answer.body || typeof answer.body.prompt_id !== 'string' || !answer.body.prompt_id) {
+      throw new ServiceError(
+        'server_error',
+        'the generation service accepted the workflow but sent no prompt_id',
+        {
+          status: answer.status,
+          body: this.http.redact(answer.body),
+        },
+      );
+    }
+    return answer.body;
+  }
+
+  /**
+   * GET /api/view. A redirect is followed by hand to its address with no key and no cookies (the storage
+   * host must never see the key); a 200 is the file itself (self-hosted servers).
+   */
+  async openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile> {
+    const named = `"${ref.filename}"`;
+    let response = await this.http.stream('/api/view', {
+      query: { filename: ref.filename, subfolder: ref.subfolder ?? '', type: ref.type || 'output' },
+      acceptStatus: REDIRECTS,
+      signal,
+      action: `downloading ${named}`,
+    });
+    let base = this.http.url('/api/view');
+    for (let hops = 0; REDIRECTS.includes(response.status); hops++) {
+      await response.body.dump();
+      const location = header(response, 'location');
+      if (!location || hops > MAX_FOREIGN_REDIRECTS) {
+        throw new ServiceError(
+          'server_error',
+          `the generation service redirected the download of ${named} ${location ? 'too many times' : 'without an address'}`,
+          { status: response.status },
+        );
+      }
+      const target = new URL(location, base);
+      base = target;
+      response = await this.http.fetchForeign(target.href, signal);
+    }
+    if (response.status >= 400) {
+      const text = await response.body.text().catch(() => '');
+      const body = this.http.redact(text.slice(0, 300));
+      const detail = messageFromBody(body);
+      throw new ServiceError(
+        response.status >= 500 ? 'server_error' : 'invalid_request',
+        this.http.redact(
+          `the storage host answered HTTP ${response.status} for ${named}${detail ? ` (${detail})` : ''}: the signed address may have expired; try the download again`,
+        ),
+        { status: response.status, body },
+      );
+    }
+    const length = Number(header(response, 'content-length'));
+    return {
+      contentType: header(response, 'content-type'),
+      contentLength: Number.isFinite(length) ? length : undefined,
+      body: response.body,
+    };
+  }
+
+  /** GET /api/queue. */
+  async queue(): Promise<QueueState> {
+    const { body } = await this.http.json<QueueState>('/api/queue', { action: 'listing the queue' });
+    if (!body || typeof body !== 'object') {
+      throw new ServiceError('server_error', 'the generation service answered the queue list with no queue');
+    }
+    return body;
+  }
+
+  /** POST /api/queue {delete: ids}. Cancelling twice is harmless, so it may be retried. */
+  async cancel(promptIds: string[]): Promise<unknown> {
+    const { body } = await this.http.json('/api/queue', {
+      method: 'POST',
+      json: { delete: promptIds },
+      idempotent: true,
+      action: `cancelling ${promptIds.length === 1 ? `job ${promptIds[0]}` : `${promptIds.length} jobs`}`,
+    });
+    return body;
+  }
+
+  /** POST /api/interrupt. Never repeated: a second interrupt could stop the next job. */
+  async interrupt(): Promise<unknown> {
+    const { body } = await this.http.json('/api/interrupt', {
+      method: 'POST',
+      idempotent: false,
+      action: 'interrupting the running job',
+    });
+    return body;
+  }
+}

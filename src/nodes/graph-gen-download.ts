@@ -1,0 +1,103 @@
+/**
+ * graph-gen-download: fetches output files, one msg per file, as Buffers or streamed into a directory.
+ * Thin: the transfer lives in src/generation/downloads.ts and rest-client.ts.
+ */
+import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow } from 'node-red';
+import { invalidInput } from '../http/errors';
+import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/downloads';
+import type { GraphGenConfigNode } from './graph-gen-config';
+import { evaluateProperty, fail, shortText } from './node-helpers';
+
+interface DownloadDef extends NodeDef {
+  server: string;
+  mode?: 'buffer' | 'file';
+  directory?: string;
+  directoryType?: string;
+  overwrite?: boolean;
+}
+
+type DownloadMessage = NodeMessageInFlow & {
+  directory?: unknown;
+  filename?: string;
+  contentType?: string;
+  file?: unknown;
+};
+
+export = function (RED: NodeAPI) {
+  function GraphGenDownload(this: Node, def: DownloadDef) {
+    RED.nodes.createNode(this, def);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
+    const node = this;
+    const mode = def.mode === 'file' ? 'file' : 'buffer';
+    const running = new Set<AbortController>();
+
+    async function directoryFor(msg: DownloadMessage): Promise<string> {
+      const value =
+        msg.directory !== undefined && msg.directory !== ''
+          ? msg.directory
+          : await evaluateProperty(RED, node, msg, def.directory, def.directoryType || 'str');
+      if (typeof value !== 'string' || value.trim() === '') {
+        throw invalidInput('file mode needs a directory: set one in this node or send msg.directory');
+      }
+      return value.trim();
+    }
+
+    async function handle(
+      msg: DownloadMessage,
+      send: (msg: NodeMessage) => void,
+      signal: AbortSignal,
+    ): Promise<void> {
+      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
+      if (!config?.connection)
+        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+      const references = referencesOf(msg.payload);
+      if (references.length === 0) throw invalidInput('msg.payload names no file to download');
+      const directory = mode === 'file' ? await directoryFor(msg) : undefined;
+      const rest = config.connection.rest;
+      for (const [index, ref] of references.entries()) {
+        node.status({
+          fill: 'yellow',
+          shape: 'ring',
+          text: shortText(references.length > 1 ? `file ${index + 1}/${references.length}…` : 'downloading…'),
+        });
+        // The last file goes out on the msg itself, earlier ones on copies.
+        const out = (index === references.length - 1 ? msg : RED.util.cloneMessage(msg)) as DownloadMessage;
+        if (directory !== undefined) {
+          const saved = await downloadToDirectory(rest, ref, directory, def.overwrite === true, signal);
+          out.payload = saved.path;
+          out.contentType = saved.contentType;
+        } else {
+          const file = await downloadToBuffer(rest, ref, signal);
+          out.payload = file.payload;
+          out.contentType = file.contentType;
+        }
+        out.filename = ref.filename;
+        out.file = ref;
+        send(out);
+      }
+      node.status({
+        fill: 'green',
+        shape: 'dot',
+        text: shortText(references.length === 1 ? 'downloaded' : `${references.length} files`),
+      });
+    }
+
+    node.on('input', (msg, send, done) => {
+      const controller = new AbortController();
+      running.add(controller);
+      handle(msg as DownloadMessage, send, controller.signal)
+        .then(() => done())
+        .catch((error: unknown) => fail(node, done, error))
+        .finally(() => running.delete(controller));
+    });
+
+    node.on('close', (_removed: boolean, done: () => void) => {
+      for (const controller of running) controller.abort();
+      running.clear();
+      node.status({});
+      done();
+    });
+  }
+
+  RED.nodes.registerType('graph-gen-download', GraphGenDownload);
+};

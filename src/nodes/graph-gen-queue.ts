@@ -1,0 +1,98 @@
+/**
+ * graph-gen-queue: lists the queue (with the running and pending prompt ids), cancels jobs by id, or
+ * interrupts the running job. Thin: the calls live in src/generation/rest-client.ts.
+ */
+import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
+import { invalidInput } from '../http/errors';
+import { promptIdOfQueueElement } from '../generation/rest-client';
+import type { GraphGenConfigNode } from './graph-gen-config';
+import { fail, shortText } from './node-helpers';
+
+type QueueAction = 'list' | 'cancel' | 'interrupt';
+const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
+
+interface QueueDef extends NodeDef {
+  server: string;
+  action?: QueueAction;
+}
+
+type QueueMessage = NodeMessageInFlow & {
+  action?: unknown;
+  prompt_id?: unknown;
+  running?: string[];
+  pending?: string[];
+};
+
+/** The prompt ids to cancel: msg.prompt_id (a string or an array), else msg.payload (the same). */
+function idsToCancel(msg: QueueMessage): string[] {
+  const source = msg.prompt_id !== undefined ? msg.prompt_id : msg.payload;
+  const list = Array.isArray(source) ? source : [source];
+  const ids = list
+    .map((item) => (item && typeof item === 'object' ? (item as { prompt_id?: unknown }).prompt_id : item))
+    .filter((item) => item !== undefined && item !== null && item !== '');
+  if (ids.length === 0) {
+    throw invalidInput('cancel needs the prompt ids of the jobs: send msg.prompt_id (a string or an array)');
+  }
+  const bad = ids.find((id) => typeof id !== 'string');
+  if (bad !== undefined) throw invalidInput(`a prompt id to cancel is not text: ${JSON.stringify(bad)}`);
+  return ids as string[];
+}
+
+function idsOf(list: unknown): string[] {
+  return Array.isArray(list)
+    ? list.map(promptIdOfQueueElement).filter((id): id is string => id !== undefined)
+    : [];
+}
+
+export = function (RED: NodeAPI) {
+  function GraphGenQueue(this: Node, def: QueueDef) {
+    RED.nodes.createNode(this, def);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
+    const node = this;
+
+    async function handle(msg: QueueMessage): Promise<void> {
+      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
+      if (!config?.connection)
+        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+      const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
+      if (!ACTIONS.includes(action as QueueAction)) {
+        throw invalidInput(`msg.action must be list, cancel or interrupt, not ${JSON.stringify(action)}`);
+      }
+      const rest = config.connection.rest;
+      if (action === 'list') {
+        const queue = await rest.queue();
+        msg.payload = queue;
+        msg.running = idsOf(queue.queue_running);
+        msg.pending = idsOf(queue.queue_pending);
+        node.status({
+          fill: 'green',
+          shape: 'dot',
+          text: shortText(`${msg.running.length} running, ${msg.pending.length} pending`),
+        });
+      } else if (action === 'cancel') {
+        const ids = idsToCancel(msg);
+        msg.payload = await rest.cancel(ids);
+        node.status({ fill: 'green', shape: 'dot', text: shortText(`cancelled ${ids.length}`) });
+      } else {
+        msg.payload = await rest.interrupt();
+        node.status({ fill: 'green', shape: 'dot', text: 'interrupted' });
+      }
+    }
+
+    node.on('input', (msg, send, done) => {
+      handle(msg as QueueMessage)
+        .then(() => {
+          send(msg);
+          done();
+        })
+        .catch((error: unknown) => fail(node, done, error));
+    });
+
+    node.on('close', (_removed: boolean, done: () => void) => {
+      node.status({});
+      done();
+    });
+  }
+
+  RED.nodes.registerType('graph-gen-queue', GraphGenQueue);
+};

@@ -1,0 +1,105 @@
+/**
+ * graph-gen-upload: uploads an image (or a mask) from a Buffer or a local file path, streamed. Thin: the
+ * upload itself lives in src/generation/rest-client.ts.
+ */
+import type { Node, NodeAPI, NodeDef, NodeMessageInFlow, NodeStatus } from 'node-red';
+import { invalidInput } from '../http/errors';
+import type { GraphGenConfigNode } from './graph-gen-config';
+import { evaluateProperty, fail, shortText } from './node-helpers';
+
+interface UploadDef extends NodeDef {
+  server: string;
+  mode?: 'image' | 'mask';
+  filename?: string;
+  filenameType?: string;
+  uploadType?: string;
+  overwrite?: boolean;
+}
+
+type UploadMessage = NodeMessageInFlow & {
+  filename?: unknown;
+  type?: unknown;
+  overwrite?: unknown;
+  original_ref?: unknown;
+};
+
+function working(text: string): NodeStatus {
+  return { fill: 'yellow', shape: 'ring', text: shortText(text) };
+}
+
+function booleanOf(value: unknown, name: string): boolean {
+  if (typeof value === 'boolean') return value;
+  if (value === 'true') return true;
+  if (value === 'false') return false;
+  throw invalidInput(`${name} must be true or false`);
+}
+
+export = function (RED: NodeAPI) {
+  function GraphGenUpload(this: Node, def: UploadDef) {
+    RED.nodes.createNode(this, def);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
+    const node = this;
+    const running = new Set<AbortController>();
+
+    async function handle(msg: UploadMessage, signal: AbortSignal): Promise<void> {
+      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
+      if (!config?.connection)
+        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+      const filenameSetting = await evaluateProperty(
+        RED,
+        node,
+        msg,
+        def.filename ?? 'filename',
+        def.filenameType || 'msg',
+      );
+      if (filenameSetting !== undefined && filenameSetting !== '' && typeof filenameSetting !== 'string') {
+        throw invalidInput('the file name to store must be text (msg.filename)');
+      }
+      const type = msg.type ?? (def.uploadType || 'input');
+      if (type !== 'input' && type !== 'temp')
+        throw invalidInput(`msg.type must be "input" or "temp", not "${String(type)}"`);
+      const overwrite =
+        msg.overwrite !== undefined ? booleanOf(msg.overwrite, 'msg.overwrite') : def.overwrite !== false;
+      const mask = def.mode === 'mask' || msg.original_ref !== undefined;
+      if (!Buffer.isBuffer(msg.payload) && typeof msg.payload !== 'string') {
+        throw invalidInput(
+          'msg.payload must be a Buffer (the file) or a string (a local file path) to upload',
+        );
+      }
+      node.status(working(mask ? 'uploading mask…' : 'uploading…'));
+      const result = await config.connection.rest.upload({
+        source: msg.payload,
+        filename: (filenameSetting as string | undefined) || undefined,
+        type,
+        overwrite,
+        mask,
+        originalRef: msg.original_ref,
+        signal,
+      });
+      msg.payload = result;
+      msg.filename = result.name;
+      node.status({ fill: 'green', shape: 'dot', text: shortText(`uploaded ${result.name}`) });
+    }
+
+    node.on('input', (msg, send, done) => {
+      const controller = new AbortController();
+      running.add(controller);
+      handle(msg as UploadMessage, controller.signal)
+        .then(() => {
+          send(msg);
+          done();
+        })
+        .catch((error: unknown) => fail(node, done, error))
+        .finally(() => running.delete(controller));
+    });
+
+    node.on('close', (_removed: boolean, done: () => void) => {
+      for (const controller of running) controller.abort();
+      running.clear();
+      node.status({});
+      done();
+    });
+  }
+
+  RED.nodes.registerType('graph-gen-upload', GraphGenUpload);
+};

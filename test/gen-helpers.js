@@ -1,0 +1,128 @@
+'use strict';
+// Shared by the generation REST tests (test/gen-*.test.js): node modules to load, a text-to-image workflow
+// the sandbox accepts, and small flow builders.
+const helper = require('node-red-node-test-helper');
+
+const configNode = require('../dist/nodes/graph-gen-config.js');
+const uploadNode = require('../dist/nodes/graph-gen-upload.js');
+const submitNode = require('../dist/nodes/graph-gen-submit.js');
+const downloadNode = require('../dist/nodes/graph-gen-download.js');
+const queueNode = require('../dist/nodes/graph-gen-queue.js');
+const catchNode = require(require.resolve('@node-red/nodes/core/common/25-catch.js'));
+const ALL_NODES = [configNode, uploadNode, submitNode, downloadNode, queueNode, catchNode];
+
+const API_KEY = 'sk-test-4f1d2c3b-secret';
+const PARTNER_KEY = 'partner-9a8b7c-secret';
+
+function textToImage() {
+  return {
+    4: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'v1-5-pruned-emaonly.safetensors' } },
+    5: { class_type: 'EmptyLatentImage', inputs: { width: 512, height: 512, batch_size: 1 } },
+    6: { class_type: 'CLIPTextEncode', inputs: { text: 'a red fox', clip: ['4', 1] } },
+    7: { class_type: 'CLIPTextEncode', inputs: { text: 'blurry', clip: ['4', 1] } },
+    3: {
+      class_type: 'KSampler',
+      inputs: {
+        seed: 1,
+        steps: 20,
+        cfg: 7,
+        sampler_name: 'euler',
+        scheduler: 'normal',
+        denoise: 1,
+        model: ['4', 0],
+        positive: ['6', 0],
+        negative: ['7', 0],
+        latent_image: ['5', 0],
+      },
+    },
+    8: { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 2] } },
+    9: { class_type: 'SaveImage', inputs: { filename_prefix: 'fox', images: ['8', 0] } },
+  };
+}
+
+/** A flow: config `c`, the node under test `n` (wired to helper `out`), and a catch node wired to `caught`. */
+function flowWith(node, { baseUrl, name = 'n' } = {}) {
+  return [
+    { id: 'c', type: 'graph-gen-config', baseUrl, partnerKeyField: 'api_key_service_org' },
+    { id: name, type: node.type, server: 'c', wires: [['out']], ...node },
+    { id: 'out', type: 'helper' },
+    { id: 'catcher', type: 'catch', scope: null, uncaught: false, wires: [['caught']] },
+    { id: 'caught', type: 'helper' },
+  ];
+}
+
+/** Loads a flow with the given credentials for config `c`. */
+async function load(flow, credentials = { apiKey: API_KEY, partnerKey: PARTNER_KEY }) {
+  await helper.load(ALL_NODES, flow, { c: credentials });
+}
+
+/** The next message a helper node receives (rejects after `ms`). */
+function nextMessage(id, ms = 5000) {
+  const node = helper.getNode(id);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no message reached ${id} within ${ms} ms`)), ms);
+    timer.unref();
+    node.once('input', (msg) => {
+      clearTimeout(timer);
+      resolve(msg);
+    });
+  });
+}
+
+/** `count` messages reaching a helper node, in order. */
+function messages(id, count, ms = 5000) {
+  const node = helper.getNode(id);
+  const seen = [];
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`${seen.length} of ${count} messages reached ${id} within ${ms} ms`)),
+      ms,
+    );
+    node.on('input', (msg) => {
+      seen.push(msg);
+      if (seen.length === count) {
+        clearTimeout(timer);
+        resolve(seen);
+      }
+    });
+  });
+}
+
+/** Sends a msg into node `id` and waits for the catch node's msg (a failure). */
+async function failureOf(id, msg, ms = 5000) {
+  const caught = nextMessage('caught', ms);
+  helper.getNode(id).receive(msg);
+  return caught;
+}
+
+/** Sends a msg into node `id` and waits for its output. */
+async function outputOf(id, msg, ms = 5000) {
+  const out = nextMessage('out', ms);
+  const caught = nextMessage('caught', ms).then(
+    (failure) => {
+      throw new Error(`the node failed: ${failure.error.message}`);
+    },
+    () => new Promise(() => undefined),
+  );
+  helper.getNode(id).receive(msg);
+  return Promise.race([out, caught]);
+}
+
+/** Everything a msg or error carries, as text, to look for secrets in. */
+function textOf(value) {
+  return JSON.stringify(value, (_key, inner) => (Buffer.isBuffer(inner) ? '<buffer>' : inner));
+}
+
+module.exports = {
+  API_KEY,
+  PARTNER_KEY,
+  ALL_NODES,
+  textToImage,
+  flowWith,
+  load,
+  nextMessage,
+  messages,
+  failureOf,
+  outputOf,
+  textOf,
+};
