@@ -220,8 +220,12 @@ export class RepeatFilter {
     for (let index = 0; index < data.length; index++) {
       const workflow = data[index];
       const id = workflow && typeof workflow === 'object' ? workflow.id : undefined;
-      const repeat = id !== undefined && id !== null && this.seen.has(id);
-      if (!repeat && id !== undefined && id !== null) this.seen.add(id);
+      let repeat = false;
+      if (id !== undefined && id !== null) {
+        // One hash operation per workflow: the set grows unless the id was already in it.
+        const size = this.seen.size;
+        repeat = this.seen.add(id).size === size;
+      }
       if (repeat && kept === undefined) kept = data.slice(0, index);
       else if (!repeat && kept !== undefined) kept.push(workflow);
     }
