@@ -1,5 +1,8 @@
 'use strict';
-// Shared by the socket-* and await-* tests: workflows the sandbox's event runner understands, and waiting.
+// Shared by the socket-* and await-* tests: workflows the sandbox's event runner understands, a flow with
+// an await-job node, and waits for what a user sees (msgs on each output, Catch msgs, statuses).
+const path = require('node:path');
+const helper = require('node-red-node-test-helper');
 
 const KEY = 'sk-test-7c1f0e9a2b';
 
@@ -39,4 +42,68 @@ function fileNames(outputs) {
   return names.sort();
 }
 
-module.exports = { KEY, workflow, sleep, until, fileNames };
+/** Node-RED's own nodes from the Node-RED under test (NODE_RED_PATH selects Node-RED 5 in CI). */
+function coreNode(relative) {
+  const base = process.env.NODE_RED_PATH ? path.dirname(process.env.NODE_RED_PATH) : __dirname;
+  return require(require.resolve(`@node-red/nodes/core/${relative}`, { paths: [base] }));
+}
+
+/** Config node, await-job node `await` wired to helpers `done`, `failed`, `progress`; a Catch to `caught`. */
+function awaitFlow(sandbox, awaitProps = {}, extra = []) {
+  return [
+    { id: 'f1', type: 'tab' },
+    { id: 'cfg', type: 'graph-gen-config', baseUrl: sandbox.url, partnerKeyField: 'api_key_service_org' },
+    {
+      id: 'await',
+      z: 'f1',
+      x: 100,
+      y: 100,
+      type: 'graph-gen-await-job',
+      server: 'cfg',
+      timeout: '0',
+      timeoutType: 'num',
+      cancelOnTimeout: false,
+      progress: false,
+      previewRate: 2,
+      wires: [['done'], ['failed'], ['progress']],
+      ...awaitProps,
+    },
+    { id: 'done', z: 'f1', x: 1, y: 1, type: 'helper' },
+    { id: 'failed', z: 'f1', x: 1, y: 1, type: 'helper' },
+    { id: 'progress', z: 'f1', x: 1, y: 1, type: 'helper' },
+    { id: 'catcher', z: 'f1', x: 1, y: 1, type: 'catch', scope: null, uncaught: false, wires: [['caught']] },
+    { id: 'caught', z: 'f1', x: 1, y: 1, type: 'helper' },
+    ...extra,
+  ];
+}
+
+/** Collects every msg a helper node receives; `next(n)` waits for the n-th (1-based) one. */
+function collect(id) {
+  const node = helper.getNode(id);
+  const received = [];
+  let consumed = 0;
+  node.on('input', (msg) => received.push(msg));
+  return {
+    received,
+    /** The n-th msg, or without n the first one not yet returned. */
+    async next(count = consumed + 1, timeoutMs = 8000) {
+      consumed = Math.max(consumed, count);
+      await until(() => received.length >= count, `msg ${count} on ${id}`, timeoutMs);
+      return received[count - 1];
+    },
+  };
+}
+
+/** Records every status the node sets. */
+function statuses(id) {
+  const node = helper.getNode(id);
+  const seen = [];
+  const original = node.status.bind(node);
+  node.status = (status) => {
+    seen.push(status);
+    return original(status);
+  };
+  return seen;
+}
+
+module.exports = { KEY, workflow, sleep, until, fileNames, coreNode, awaitFlow, collect, statuses };

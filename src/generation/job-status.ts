@@ -86,3 +86,22 @@ export async function checkJobStatus(http: HttpClient, promptId: string): Promis
   if (history.status < 300) return fromHistory(history.body, promptId);
   return undefined;
 }
+
+/** The execution error of a failed job, where `/api/jobs/{id}` tells it; undefined otherwise. */
+export async function fetchExecutionError(
+  http: HttpClient,
+  promptId: string,
+): Promise<ExecutionError | undefined> {
+  try {
+    const { status, body } = await http.json<Record<string, unknown>>(
+      `/api/jobs/${encodeURIComponent(promptId)}`,
+      {
+        acceptStatus: [404, 405],
+        action: 'reading the error of a job',
+      },
+    );
+    return status < 300 && body && typeof body === 'object' ? errorFromBody(body) : undefined;
+  } catch {
+    return undefined;
+  }
+}

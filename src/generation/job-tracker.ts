@@ -7,7 +7,13 @@
 import type { HttpClient } from '../http/client';
 import type { ImageType, PreviewMetadata } from './frames';
 import { fetchOutputs, filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
-import { checkJobStatus, executionError, type ExecutionError, type StatusAnswer } from './job-status';
+import {
+  checkJobStatus,
+  executionError,
+  fetchExecutionError,
+  type ExecutionError,
+  type StatusAnswer,
+} from './job-status';
 import { isTerminal } from './status-words';
 import type { ConnectionState, SocketEvent, SocketManager, SocketUser } from './socket-manager';
 
@@ -383,7 +389,10 @@ export class JobTracker {
     job.ending = true;
     const result: JobResult = { prompt_id: job.promptId, status };
     if (status === 'failed') {
-      result.error = details.error ?? {
+      const error =
+        details.error ??
+        (details.fromRest ? await fetchExecutionError(this.connection.http, job.promptId) : undefined);
+      result.error = error ?? {
         exception_type: 'unknown',
         exception_message: 'the service reports the job as failed',
         traceback: [],

@@ -26,7 +26,22 @@ type Done = (error?: Error) => void;
 const STATUS_INTERVAL_MS = 150;
 const DEFAULT_PREVIEW_RATE = 2;
 
+/** The catalog, for when Node-RED has not loaded it (as in node-red-node-test-helper). */
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const catalog = require('./locales/en-US/graph-gen-await-job.json') as {
+  'graph-gen-await-job': Record<string, Record<string, string>>;
+};
+
 export = function (RED: NodeAPI): void {
+  /** A runtime text from the message catalog, in English when the catalog is not loaded. */
+  function text(key: string): string {
+    const full = `graph-gen-await-job.${key}`;
+    const translated = RED._(full);
+    if (translated && translated !== full) return translated;
+    const [group, name] = key.split('.');
+    return catalog['graph-gen-await-job'][group]?.[name] ?? key;
+  }
+
   function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
     RED.nodes.createNode(this, def);
     setUp(this, def);
@@ -42,7 +57,7 @@ export = function (RED: NodeAPI): void {
     let closing = false;
 
     if (!config?.connection) {
-      node.status(statusFailed(RED._('graph-gen-await-job.status.no-config')));
+      node.status(statusFailed(text('status.no-config')));
     }
 
     const tracker = config?.connection
@@ -55,25 +70,24 @@ export = function (RED: NodeAPI): void {
     tracker?.start();
 
     function currentStatus(): NodeStatus {
-      if (!tracker) return statusFailed(RED._('graph-gen-await-job.status.no-config'));
-      if (tracker.connectionState === 'unauthorized')
-        return statusFailed(RED._('graph-gen-await-job.status.unauthorized'));
+      if (!tracker) return statusFailed(text('status.no-config'));
+      if (tracker.connectionState === 'unauthorized') return statusFailed(text('status.unauthorized'));
       const jobs = tracker.views();
       if (jobs.length === 0) return lastOutcome;
       const running = jobs.filter((job) => job.phase === 'running');
       if (running.length > 0) {
         const latest = running.reduce((a, b) => (b.lastChange > a.lastChange ? b : a));
         const step = latest.step ? ` ${latest.step.value}/${latest.step.max}` : '';
-        const text = `${RED._('graph-gen-await-job.status.running')} ${latest.node ?? ''}${step}`;
-        return { fill: 'green', shape: 'dot', text: shortText(text.replace(/\s+/g, ' ').trim()) };
+        const label = `${text('status.running')} ${latest.node ?? ''}${step}`;
+        return { fill: 'green', shape: 'dot', text: shortText(label.replace(/\s+/g, ' ').trim()) };
       }
       if (tracker.connectionState === 'down')
-        return { fill: 'yellow', shape: 'ring', text: RED._('graph-gen-await-job.status.reconnecting') };
+        return { fill: 'yellow', shape: 'ring', text: text('status.reconnecting') };
       const queued = tracker.queueRemaining ?? jobs.length;
       return {
         fill: 'yellow',
         shape: 'ring',
-        text: shortText(`${RED._('graph-gen-await-job.status.queued')} ${queued}`),
+        text: shortText(`${text('status.queued')} ${queued}`),
       };
     }
 
@@ -88,13 +102,13 @@ export = function (RED: NodeAPI): void {
     function finished(msg: NodeMessage, result: JobResult, send: Send, done: Done): void {
       msg.payload = result;
       if (result.status === 'completed') {
-        lastOutcome = { fill: 'green', shape: 'dot', text: RED._('graph-gen-await-job.status.done') };
+        lastOutcome = { fill: 'green', shape: 'dot', text: text('status.done') };
         send([msg, null, null]);
       } else {
         const reason =
           result.status === 'failed'
             ? (result.error?.exception_type ?? 'failed')
-            : RED._(`graph-gen-await-job.status.${result.status}`);
+            : text(`status.${result.status}`);
         lastOutcome = statusFailed(reason);
         send([null, msg, null]);
       }
@@ -116,21 +130,20 @@ export = function (RED: NodeAPI): void {
     }
 
     async function handle(msg: NodeMessageInFlow, send: Send, done: Done): Promise<void> {
-      if (!tracker) throw invalidInput(RED._('graph-gen-await-job.errors.no-config'));
+      if (!tracker) throw invalidInput(text('errors.no-config'));
       const payload = msg.payload as { prompt_id?: unknown } | undefined;
       const promptId =
         (msg as { prompt_id?: unknown }).prompt_id ??
         (payload && typeof payload === 'object' ? payload.prompt_id : undefined);
       if (typeof promptId !== 'string' || promptId.trim() === '')
-        throw invalidInput(RED._('graph-gen-await-job.errors.no-prompt-id'));
+        throw invalidInput(text('errors.no-prompt-id'));
       const fromMsg = (msg as { timeout?: unknown }).timeout;
       const timeoutValue =
         fromMsg !== undefined
           ? fromMsg
           : await evaluateProperty(RED, node, msg, def.timeout, def.timeoutType ?? 'num');
       const seconds = timeoutValue === undefined || timeoutValue === '' ? 0 : Number(timeoutValue);
-      if (!Number.isFinite(seconds) || seconds < 0)
-        throw invalidInput(RED._('graph-gen-await-job.errors.bad-timeout'));
+      if (!Number.isFinite(seconds) || seconds < 0) throw invalidInput(text('errors.bad-timeout'));
       const base: NodeMessage = { ...msg };
       delete base.payload;
       const result = await tracker.track(promptId.trim(), {

@@ -1,0 +1,318 @@
+'use strict';
+const assert = require('node:assert/strict');
+const helper = require('node-red-node-test-helper');
+const configNode = require('../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const { startSandbox } = require('../dist/sandbox');
+const { SocketManager } = require('../dist/generation/socket-manager');
+const { encodePreviewWithMetadata } = require('../dist/generation/frames');
+const {
+  KEY,
+  workflow,
+  sleep,
+  until,
+  fileNames,
+  coreNode,
+  awaitFlow,
+  collect,
+  statuses,
+} = require('./socket-support');
+
+const catchNode = coreNode('common/25-catch.js');
+const EXCEPTION_TYPES = [
+  'ValidationError',
+  'ModelDownloadError',
+  'ImageDownloadError',
+  'OOMError',
+  'InsufficientFundsError',
+  'InactiveSubscriptionError',
+];
+
+describe('graph-gen-await-job', () => {
+  let sandbox;
+  let savedTimings;
+
+  before(async () => {
+    savedTimings = SocketManager.defaultTimings;
+    SocketManager.defaultTimings = { ...savedTimings, backoffBaseMs: 20, backoffMaxMs: 2000, graceMs: 50 };
+    await helper.startServer();
+    sandbox = await startSandbox({ generationApiKey: KEY, events: { stepDelayMs: 1 } });
+  });
+  after(async () => {
+    await sandbox.close();
+    await helper.stopServer();
+    SocketManager.defaultTimings = savedTimings;
+  });
+  beforeEach(() => {
+    sandbox.faults.clear();
+    sandbox.counters.reset();
+    Object.assign(sandbox.generation.options, {
+      statusWords: 'spec',
+      jobsEndpoint: true,
+      historyV2Endpoint: true,
+      historyEndpoint: true,
+    });
+  });
+  afterEach(async () => {
+    const logged = JSON.stringify(helper.log().args);
+    assert.equal(logged.includes(KEY), false, 'the key appears in a log');
+    await helper.unload();
+    await until(() => sandbox.counters.socketsOpen === 0, 'the socket to close after the flow stops');
+  });
+
+  async function load(awaitProps, credentials = { cfg: { apiKey: KEY } }) {
+    await helper.load([configNode, awaitNode, catchNode], awaitFlow(sandbox, awaitProps), credentials);
+    return {
+      node: helper.getNode('await'),
+      connection: helper.getNode('cfg').connection,
+      done: collect('done'),
+      failed: collect('failed'),
+      progress: collect('progress'),
+      caught: collect('caught'),
+      status: statuses('await'),
+    };
+  }
+
+  it('sends a completed job on output 1 with merged outputs and flat files, passing the msg through', async () => {
+    const { node, connection, done, failed, progress, status } = await load();
+    assert.equal(await connection.sockets().ready(5000), true);
+    const job = sandbox.jobs.submit(
+      workflow({ 25: { class_type: 'SandboxSlow', inputs: { ms: 400 } } }, { save: { sandbox_batches: 2 } }),
+      connection.clientId,
+    );
+    node.receive({ prompt_id: job.id, topic: 'portrait', mine: { keep: true } });
+    const msg = await done.next();
+    assert.equal(msg.topic, 'portrait');
+    assert.deepEqual(msg.mine, { keep: true });
+    assert.equal(msg.prompt_id, job.id);
+    assert.deepEqual(Object.keys(msg.payload).sort(), ['files', 'outputs', 'prompt_id', 'status']);
+    assert.equal(msg.payload.status, 'completed');
+    assert.equal(msg.payload.outputs['3'].images.length, 2, 'two executed events of one node, appended');
+    assert.deepEqual(msg.payload.outputs, job.outputs);
+    assert.deepEqual(msg.payload.files, job.outputs['3'].images);
+    assert.equal(sandbox.counters.count(`/api/jobs/${job.id}`), 0, 'all outputs came over the socket');
+    await sleep(200);
+    assert.equal(failed.received.length + progress.received.length, 0, 'progress is off by default');
+    assert.deepEqual(status.at(-1), { fill: 'green', shape: 'dot', text: 'done' });
+    assert.ok(
+      status.some((s) => /^running/.test(s.text)),
+      'running was shown',
+    );
+  });
+
+  it('takes msg.payload.prompt_id, and refuses a msg without a prompt id where a Catch node sees it', async () => {
+    const { node, connection, done, caught } = await load();
+    await connection.sockets().ready(5000);
+    const job = sandbox.jobs.submit(workflow(), connection.clientId);
+    node.receive({ payload: { prompt_id: job.id } });
+    assert.equal((await done.next()).payload.prompt_id, job.id);
+    node.receive({ payload: 'nothing here' });
+    const error = (await caught.next()).error;
+    assert.equal(error.code, 'invalid_input');
+    assert.match(error.message, /msg\.prompt_id/);
+  });
+
+  it('sends progress, previews (type 4 and type 1) and text frames on output 3 when enabled, previews rate-limited', async () => {
+    const { node, connection, done, progress } = await load({ progress: true, previewRate: 2 });
+    await connection.sockets().ready(5000);
+    const job = sandbox.jobs.submit(
+      workflow({
+        4: { class_type: 'SandboxText', inputs: { text: 'a caption' } },
+        5: { class_type: 'SandboxPreview', inputs: { count: 10 } },
+      }),
+      connection.clientId,
+    );
+    node.receive({ prompt_id: job.id, topic: 'mine' });
+    await done.next();
+    const topics = new Set(progress.received.map((m) => m.topic));
+    for (const topic of [
+      'execution_start',
+      'execution_cached',
+      'executing',
+      'progress',
+      'progress_state',
+      'executed',
+      'preview',
+      'text',
+    ])
+      assert.ok(topics.has(topic), `topic ${topic}`);
+    assert.ok(progress.received.every((m) => m.prompt_id === job.id));
+    const previews = progress.received.filter((m) => m.topic === 'preview');
+    assert.equal(previews.length, 2, '13 previews within a second, at most 2 passed on');
+    assert.ok(Buffer.isBuffer(previews[0].payload));
+    assert.equal(previews[0].image_type, 'png');
+    assert.equal(previews[0].metadata.prompt_id, job.id);
+    const text = progress.received.find((m) => m.topic === 'text');
+    assert.equal(text.payload, 'a caption');
+    assert.equal(text.node, '4');
+    const step = progress.received.find((m) => m.topic === 'progress');
+    assert.deepEqual([step.payload.value, step.payload.max], [1, 3]);
+
+    const typeOne = sandbox.jobs.submit(
+      { 5: { class_type: 'SandboxPreview', inputs: { count: 1, kind: 1 } } },
+      connection.clientId,
+    );
+    node.receive({ prompt_id: typeOne.id });
+    await done.next(2);
+    const jpeg = progress.received.find((m) => m.topic === 'preview' && m.prompt_id === typeOne.id);
+    assert.equal(jpeg.image_type, 'jpeg');
+    assert.equal(jpeg.metadata, undefined);
+  });
+
+  it('sends each exception_type on output 2 with the error, and shows it in the status', async () => {
+    const { node, connection, failed, status } = await load();
+    await connection.sockets().ready(5000);
+    for (const type of EXCEPTION_TYPES) {
+      const job = sandbox.jobs.submit(
+        workflow({
+          2: { class_type: 'SandboxFail', inputs: { exception_type: type, message: `${type} happened` } },
+        }),
+        connection.clientId,
+      );
+      node.receive({ prompt_id: job.id, expected: type });
+    }
+    await failed.next(EXCEPTION_TYPES.length);
+    for (const msg of failed.received) {
+      assert.equal(msg.payload.status, 'failed');
+      assert.equal(msg.payload.error.exception_type, msg.expected);
+      assert.equal(msg.payload.error.exception_message, `${msg.expected} happened`);
+      assert.ok(Array.isArray(msg.payload.error.traceback));
+      assert.equal(msg.payload.outputs, undefined);
+    }
+    await until(() => status.at(-1)?.fill === 'red', 'the failed status');
+    assert.equal(status.at(-1).shape, 'ring');
+    assert.ok(EXCEPTION_TYPES.some((type) => type.startsWith(status.at(-1).text.replace('…', ''))));
+  });
+
+  it('sends an interrupted job and a cancelled one as cancelled', async () => {
+    const { node, connection, failed, status } = await load();
+    await connection.sockets().ready(5000);
+    const hang = () =>
+      sandbox.jobs.submit(workflow({ 2: { class_type: 'SandboxHang', inputs: {} } }), connection.clientId);
+    const first = hang();
+    node.receive({ prompt_id: first.id });
+    await until(
+      () => first.state === 'in_progress' && status.some((s) => /^running/.test(s.text)),
+      'the job to run',
+    );
+    sandbox.jobs.interrupt();
+    const interrupted = await failed.next();
+    assert.deepEqual(interrupted.payload, { prompt_id: first.id, status: 'cancelled' });
+    const second = hang();
+    node.receive({ prompt_id: second.id });
+    await until(() => second.state === 'in_progress', 'the second job to run');
+    sandbox.jobs.cancel(second.id);
+    assert.equal((await failed.next(2)).payload.status, 'cancelled');
+  });
+
+  it('times out (setting and msg.timeout), and cancels the job on the service when asked to', async () => {
+    const { node, connection, failed } = await load({ timeout: '0.3', cancelOnTimeout: true });
+    await connection.sockets().ready(5000);
+    const job = sandbox.jobs.submit(
+      workflow({ 2: { class_type: 'SandboxHang', inputs: {} } }),
+      connection.clientId,
+    );
+    const started = Date.now();
+    node.receive({ prompt_id: job.id });
+    const msg = await failed.next();
+    assert.deepEqual(msg.payload, { prompt_id: job.id, status: 'timeout' });
+    assert.ok(Date.now() - started >= 250);
+    await until(() => job.state === 'cancelled', 'the cancel to reach the service');
+    const [cancel] = sandbox.counters.matching('/api/queue', 'POST');
+    assert.ok(cancel, 'POST /api/queue was sent');
+
+    const other = sandbox.jobs.submit(
+      workflow({ 2: { class_type: 'SandboxHang', inputs: {} } }),
+      connection.clientId,
+    );
+    node.receive({ prompt_id: other.id, timeout: 0.1 });
+    assert.equal((await failed.next(2)).payload.status, 'timeout');
+    sandbox.jobs.cancel(other.id);
+  });
+
+  it('resolves at once a job that finished before it was awaited (socket closed then), and replays kept events', async () => {
+    const { node, connection, done } = await load();
+    const early = sandbox.jobs.submit(workflow({}, { prefix: 'early' }), connection.clientId);
+    await until(() => early.state === 'completed', 'the job to end');
+    node.receive({ prompt_id: early.id });
+    const msg = await done.next();
+    assert.deepEqual(fileNames(msg.payload.outputs), fileNames(early.outputs));
+    assert.equal(msg.payload.outputs_incomplete, undefined);
+
+    // submit -> delay -> await with the socket open: the kept events are replayed, nothing read over REST.
+    await connection.sockets().ready(5000);
+    sandbox.counters.reset();
+    const later = sandbox.jobs.submit(workflow({}, { prefix: 'later' }), connection.clientId);
+    await until(() => later.state === 'completed', 'the job to end');
+    await sleep(50);
+    node.receive({ prompt_id: later.id });
+    const replayed = await done.next(2);
+    assert.deepEqual(replayed.payload.outputs, later.outputs);
+    assert.equal(sandbox.counters.count(`/api/jobs/${later.id}`), 0);
+  });
+
+  it('understands raw status words: success, error, and keeps waiting on queued_waiting', async () => {
+    sandbox.generation.options.statusWords = 'raw';
+    const { node, connection, done, failed, status } = await load();
+    const ok = sandbox.jobs.submit(workflow(), connection.clientId);
+    const bad = sandbox.jobs.submit(
+      workflow({ 2: { class_type: 'SandboxFail', inputs: { exception_type: 'OOMError' } } }),
+      connection.clientId,
+    );
+    await until(() => ok.state === 'completed' && bad.state === 'failed', 'both jobs to end');
+    sandbox.events.options.autoRun = false;
+    const waiting = sandbox.jobs.submit(workflow(), connection.clientId);
+    sandbox.events.options.autoRun = true;
+    node.receive({ prompt_id: ok.id });
+    node.receive({ prompt_id: bad.id });
+    node.receive({ prompt_id: waiting.id });
+    assert.equal((await done.next()).payload.status, 'completed');
+    const failure = (await failed.next()).payload;
+    assert.equal(failure.status, 'failed');
+    assert.equal(failure.error.exception_type, 'OOMError', 'the error comes from /api/jobs');
+    await until(() => sandbox.counters.count(`/api/job/${waiting.id}/status`) >= 1, 'the status check');
+    await until(() => status.at(-1)?.text?.startsWith('queued'), 'the queued status');
+    assert.equal(done.received.length, 1, 'queued_waiting is not an end');
+    sandbox.events.run(waiting.id);
+    assert.equal((await done.next(2)).payload.prompt_id, waiting.id);
+  });
+
+  it('shows unauthorized when the socket handshake is refused and does not spin', async () => {
+    const { node, done, status } = await load({}, { cfg: { apiKey: 'wrong-key-0042' } });
+    node.receive({ prompt_id: 'whatever' });
+    await until(() => status.some((s) => s.text === 'unauthorized'), 'the unauthorized status');
+    assert.deepEqual(
+      status.find((s) => s.text === 'unauthorized'),
+      { fill: 'red', shape: 'ring', text: 'unauthorized' },
+    );
+    await sleep(700);
+    assert.ok(sandbox.counters.handshakes.length <= 2, `${sandbox.counters.handshakes.length} handshakes`);
+    assert.equal(done.received.length, 0);
+    assert.equal(JSON.stringify(helper.log().args).includes('wrong-key-0042'), false);
+  });
+
+  it('drops garbage, truncated and oversized frames mid-job and still completes the job', async () => {
+    const { node, connection, done, progress } = await load({ progress: true, previewRate: 0 });
+    await connection.sockets().ready(5000);
+    const job = sandbox.jobs.submit(
+      workflow({ 25: { class_type: 'SandboxSlow', inputs: { ms: 300 } } }),
+      connection.clientId,
+    );
+    node.receive({ prompt_id: job.id });
+    await until(() => job.state === 'in_progress', 'the job to run');
+    sandbox.events.sendRaw('{"type": oops');
+    sandbox.events.sendRaw(Buffer.from([0, 0, 0, 4, 0, 0, 0, 200, 1]));
+    sandbox.events.sendRaw(Buffer.from([0, 0, 0, 1]));
+    sandbox.events.sendRaw(encodePreviewWithMetadata({ prompt_id: job.id }, Buffer.alloc(33 * 1024 * 1024)));
+    sandbox.events.sendRaw(Buffer.from([0, 0, 0, 42, 0, 0, 0, 0]));
+    const msg = await done.next(1, 10000);
+    assert.deepEqual(msg.payload.outputs, job.outputs);
+    assert.equal(
+      progress.received.filter((m) => m.topic === 'preview').length,
+      3,
+      'only the well-formed previews',
+    );
+    assert.equal(connection.sockets().stats.socketsOpened, 1, 'the socket stayed up');
+    assert.equal(connection.sockets().stats.framesDropped, 5);
+  });
+});

@@ -1,0 +1,145 @@
+'use strict';
+// Job tracking over the socket manager against the sandbox, without Node-RED: routing as self-hosted and
+// cloud servers do it, polling when the socket cannot be had, the REST fallbacks for missed outputs.
+const assert = require('node:assert/strict');
+const { startSandbox } = require('../dist/sandbox');
+const { GenerationConnection } = require('../dist/generation/connection');
+const { JobTracker } = require('../dist/generation/job-tracker');
+const { SocketManager } = require('../dist/generation/socket-manager');
+const { KEY, workflow, sleep, until, fileNames } = require('./socket-support');
+
+const fastPolls = { pollInitialMs: 50, pollMaxMs: 200 };
+
+describe('job tracking against the sandbox', () => {
+  const open = [];
+  let savedTimings;
+
+  before(() => {
+    savedTimings = SocketManager.defaultTimings;
+    SocketManager.defaultTimings = { ...savedTimings, backoffBaseMs: 20, backoffMaxMs: 300, graceMs: 50 };
+  });
+  after(() => {
+    SocketManager.defaultTimings = savedTimings;
+  });
+  afterEach(async () => {
+    for (const item of open.splice(0).reverse()) await item.close();
+  });
+
+  async function setUp(sandboxOptions = {}, key = KEY) {
+    const apiKey = key ?? undefined;
+    const sandbox = await startSandbox({
+      generationApiKey: apiKey,
+      ...sandboxOptions,
+      events: { stepDelayMs: 1, ...sandboxOptions.events },
+    });
+    open.push(sandbox);
+    const connection = new GenerationConnection({
+      baseUrl: sandbox.url,
+      apiKey,
+      partnerKeyField: 'api_key_service_org',
+    });
+    open.push(connection);
+    const tracker = new JobTracker(connection, fastPolls);
+    open.push({ close: async () => tracker.close() });
+    return { sandbox, connection, tracker };
+  }
+
+  it("self-hosted: events only reach the socket of the job's client_id", async () => {
+    const { sandbox, connection, tracker } = await setUp({}, null);
+    const other = new GenerationConnection({ baseUrl: sandbox.url, partnerKeyField: 'x' });
+    open.push(other);
+    assert.equal(await other.sockets().ready(5000), true);
+    const seenByOther = [];
+    const job = sandbox.jobs.submit(workflow(), connection.clientId);
+    other.sockets().subscribe(job.id, (event) => seenByOther.push(event.type));
+    const result = await tracker.track(job.id);
+    assert.equal(result.status, 'completed');
+    assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));
+    assert.equal(
+      sandbox.counters.handshakes[0].query.has('token'),
+      false,
+      'no token for a self-hosted server',
+    );
+    await sleep(20);
+    assert.deepEqual(seenByOther, [], 'another client sees nothing of the job');
+  });
+
+  it('self-hosted: a job submitted without client_id ends on `executing` null, outputs read over REST', async () => {
+    const { sandbox, connection, tracker } = await setUp({}, null);
+    await connection.sockets().ready(5000);
+    const types = [];
+    const job = sandbox.jobs.submit(workflow());
+    const result = await tracker.track(job.id, { onProgress: (p) => types.push(p.topic) });
+    assert.equal(types.includes('execution_success'), false);
+    assert.equal(types.includes('execution_start'), false);
+    assert.equal(result.status, 'completed');
+    assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));
+    assert.equal(result.outputs_incomplete, undefined);
+    assert.ok(sandbox.counters.count(/\/(jobs|history)\//) >= 1, 'the outputs were read over REST');
+  });
+
+  it("cloud: every socket of the key gets every job's events; prompt_id keeps jobs apart", async () => {
+    const { sandbox, connection, tracker } = await setUp();
+    const second = new GenerationConnection({ baseUrl: sandbox.url, apiKey: KEY, partnerKeyField: 'x' });
+    open.push(second);
+    const secondTracker = new JobTracker(second, fastPolls);
+    open.push({ close: async () => secondTracker.close() });
+    await Promise.all([connection.sockets().ready(5000), second.sockets().ready(5000)]);
+    const mine = sandbox.jobs.submit(workflow({}, { prefix: 'mine' }), connection.clientId);
+    const theirs = sandbox.jobs.submit(workflow({}, { prefix: 'theirs' }), second.clientId);
+    const [a, b, c] = await Promise.all([
+      tracker.track(mine.id),
+      tracker.track(theirs.id),
+      secondTracker.track(mine.id),
+    ]);
+    assert.deepEqual(fileNames(a.outputs), fileNames(mine.outputs));
+    assert.deepEqual(fileNames(b.outputs), fileNames(theirs.outputs));
+    assert.deepEqual(c.files, a.files);
+    assert.ok(a.files.every((f) => f.filename.startsWith('mine')));
+  });
+
+  it('polls the status when the socket cannot be had, and reads the outputs over REST', async () => {
+    const { sandbox, tracker } = await setUp();
+    sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
+    const job = sandbox.jobs.submit(workflow());
+    const result = await tracker.track(job.id);
+    assert.equal(result.status, 'completed');
+    assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));
+    assert.ok(sandbox.counters.count(`/api/job/${job.id}/status`) >= 2, 'polled');
+    assert.ok(sandbox.counters.count(`/api/jobs/${job.id}`) >= 1, 'outputs from /api/jobs');
+  });
+
+  it('falls back from /api/jobs to history_v2 to history, and says outputs_incomplete when none has them', async () => {
+    const { sandbox, tracker } = await setUp();
+    sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
+    sandbox.generation.options.jobsEndpoint = false;
+    const first = sandbox.jobs.submit(workflow());
+    const viaV2 = await tracker.track(first.id);
+    assert.deepEqual(fileNames(viaV2.outputs), fileNames(first.outputs));
+    assert.ok(sandbox.counters.count(`/api/history_v2/${first.id}`) >= 1);
+    sandbox.generation.options.historyV2Endpoint = false;
+    const second = sandbox.jobs.submit(workflow());
+    const viaHistory = await tracker.track(second.id);
+    assert.deepEqual(fileNames(viaHistory.outputs), fileNames(second.outputs));
+    sandbox.generation.options.historyEndpoint = false;
+    const third = sandbox.jobs.submit(workflow());
+    const incomplete = await tracker.track(third.id);
+    assert.equal(incomplete.status, 'completed');
+    assert.equal(incomplete.outputs_incomplete, true);
+    assert.deepEqual(incomplete.files, []);
+  });
+
+  it('leaves the socket when the tracker closes, and resolves open jobs with nothing', async () => {
+    const { sandbox, connection, tracker } = await setUp();
+    const job = sandbox.jobs.submit(workflow({ 9: { class_type: 'SandboxHang', inputs: {} } }));
+    const pending = tracker.track(job.id);
+    await until(() => connection.sockets().isOpen, 'the socket');
+    tracker.close();
+    assert.equal(await pending, undefined);
+    await until(
+      () => connection.sockets().state === 'idle' && sandbox.counters.socketsOpen === 0,
+      'the idle close after the grace time',
+    );
+    sandbox.jobs.cancel(job.id);
+  });
+});
