@@ -56,36 +56,53 @@ async function load(flow, credentials = { apiKey: API_KEY, partnerKey: PARTNER_K
   await helper.load(ALL_NODES, flow, { c: credentials });
 }
 
+// One permanent listener per helper node feeds a mailbox: Node-RED's own input-listener bookkeeping does not
+// cope with listeners added and removed per test (EventEmitter.once), so none are removed.
+const mailboxes = new WeakMap();
+
+function mailbox(id) {
+  const node = helper.getNode(id);
+  let box = mailboxes.get(node);
+  if (!box) {
+    box = { queue: [], waiters: [] };
+    mailboxes.set(node, box);
+    node.on('input', (msg) => {
+      const waiter = box.waiters.shift();
+      if (waiter) waiter(msg);
+      else box.queue.push(msg);
+    });
+  }
+  return box;
+}
+
 /** The next message a helper node receives (rejects after `ms`). */
 function nextMessage(id, ms = 5000) {
-  const node = helper.getNode(id);
+  const box = mailbox(id);
+  if (box.queue.length > 0) return Promise.resolve(box.queue.shift());
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no message reached ${id} within ${ms} ms`)), ms);
-    timer.unref();
-    node.once('input', (msg) => {
+    const waiter = (msg) => {
       clearTimeout(timer);
       resolve(msg);
-    });
+    };
+    const timer = setTimeout(() => {
+      box.waiters.splice(box.waiters.indexOf(waiter), 1);
+      reject(new Error(`no message reached ${id} within ${ms} ms`));
+    }, ms);
+    timer.unref();
+    box.waiters.push(waiter);
   });
 }
 
 /** `count` messages reaching a helper node, in order. */
-function messages(id, count, ms = 5000) {
-  const node = helper.getNode(id);
+async function messages(id, count, ms = 5000) {
   const seen = [];
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`${seen.length} of ${count} messages reached ${id} within ${ms} ms`)),
-      ms,
-    );
-    node.on('input', (msg) => {
-      seen.push(msg);
-      if (seen.length === count) {
-        clearTimeout(timer);
-        resolve(seen);
-      }
-    });
-  });
+  while (seen.length < count) seen.push(await nextMessage(id, ms));
+  return seen;
+}
+
+/** Messages already waiting at a helper node (taken). */
+function pending(id) {
+  return mailbox(id).queue.splice(0);
 }
 
 /** Sends a msg into node `id` and waits for the catch node's msg (a failure). */
@@ -97,15 +114,15 @@ async function failureOf(id, msg, ms = 5000) {
 
 /** Sends a msg into node `id` and waits for its output. */
 async function outputOf(id, msg, ms = 5000) {
+  mailbox('caught');
   const out = nextMessage('out', ms);
-  const caught = nextMessage('caught', ms).then(
-    (failure) => {
-      throw new Error(`the node failed: ${failure.error.message}`);
-    },
-    () => new Promise(() => undefined),
-  );
   helper.getNode(id).receive(msg);
-  return Promise.race([out, caught]);
+  try {
+    return await out;
+  } catch (error) {
+    const failure = pending('caught')[0];
+    throw failure ? new Error(`the node failed: ${failure.error.message}`) : error;
+  }
 }
 
 /** Everything a msg or error carries, as text, to look for secrets in. */
@@ -122,6 +139,7 @@ module.exports = {
   load,
   nextMessage,
   messages,
+  pending,
   failureOf,
   outputOf,
   textOf,

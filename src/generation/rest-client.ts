@@ -180,6 +180,8 @@ export class GenerationRestClient {
     }
     form.append('overwrite', request.overwrite === false ? 'false' : 'true');
 
+    // Measured before piping: form-data forgets its parts as they are sent.
+    const headers = { ...form.getHeaders(), 'content-length': String(form.getLengthSync()) };
     const body = new PassThrough({ highWaterMark: 256 << 10 });
     form.on('error', (error: Error) => body.destroy(error));
     form.pipe(body);
@@ -188,7 +190,7 @@ export class GenerationRestClient {
       {
         method: 'POST',
         body,
-        headers: { ...form.getHeaders(), 'content-length': String(form.getLengthSync()) },
+        headers,
         signal: request.signal,
         action: `uploading "${filename}"`,
       },

@@ -1,0 +1,196 @@
+'use strict';
+const assert = require('node:assert/strict');
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const helper = require('node-red-node-test-helper');
+const { startSandbox } = require('../dist/sandbox');
+const { API_KEY, flowWith, load, failureOf, outputOf, messages, textOf } = require('./gen-helpers');
+
+describe('graph-gen-download', () => {
+  let cloud;
+  let selfHosted;
+  let directory;
+  const fox = { filename: 'fox_00001_.png', subfolder: '', type: 'output' };
+  const owl = { filename: 'owl_00001_.png', subfolder: 'batch', type: 'output' };
+  const foxBytes = crypto.randomBytes(70_000);
+  const owlBytes = crypto.randomBytes(1234);
+
+  before(async () => {
+    await helper.startServer();
+    cloud = await startSandbox({ generationApiKey: API_KEY });
+    selfHosted = await startSandbox();
+    for (const sandbox of [cloud, selfHosted]) {
+      sandbox.generation.addFile(fox, { content: foxBytes });
+      sandbox.generation.addFile(owl, { content: owlBytes, contentType: 'image/png' });
+    }
+    directory = fs.mkdtempSync(path.join(os.tmpdir(), 'gen-download-'));
+  });
+  after(async () => {
+    await cloud.close();
+    await selfHosted.close();
+    await helper.stopServer();
+    fs.rmSync(directory, { recursive: true, force: true });
+  });
+  beforeEach(() => {
+    for (const sandbox of [cloud, selfHosted]) {
+      sandbox.faults.clear();
+      sandbox.counters.reset();
+      sandbox.generation.storage.counters.reset();
+      sandbox.generation.storage.faults.clear();
+    }
+  });
+  afterEach(async () => helper.unload());
+
+  it('cloud: follows the 302 to the storage host without the key, and sends the file as a Buffer', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    const msg = await outputOf('n', { payload: fox, topic: 'kept' });
+    assert.ok(Buffer.isBuffer(msg.payload));
+    assert.ok(msg.payload.equals(foxBytes));
+    assert.equal(msg.filename, fox.filename);
+    assert.equal(msg.contentType, 'image/png');
+    assert.deepEqual(msg.file, fox);
+    assert.equal(msg.topic, 'kept');
+    const view = cloud.counters.matching('/api/view')[0];
+    assert.equal(view.headers['x-api-key'], API_KEY);
+    assert.equal(view.query.get('filename'), fox.filename);
+    assert.equal(view.query.get('type'), 'output');
+    const storage = cloud.generation.storage.counters.requests;
+    assert.equal(storage.length, 1);
+    assert.equal(storage[0].headers['x-api-key'], undefined);
+    assert.equal(storage[0].headers.cookie, undefined);
+    assert.deepEqual(cloud.generation.storageLeaks(), []);
+  });
+
+  it('self-hosted: a 200 from /api/view is the file (no key sent anywhere)', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: selfHosted.url }), {});
+    const msg = await outputOf('n', { payload: owl });
+    assert.ok(msg.payload.equals(owlBytes));
+    assert.equal(selfHosted.counters.matching('/api/view')[0].headers['x-api-key'], undefined);
+    assert.equal(selfHosted.generation.storage.counters.requests.length, 0);
+  });
+
+  it('one msg per file for an array and for an await-job result', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    const two = messages('out', 2);
+    helper.getNode('n').receive({ payload: [fox, owl] });
+    const [first, second] = await two;
+    assert.equal(first.filename, fox.filename);
+    assert.equal(second.filename, owl.filename);
+    assert.ok(second.payload.equals(owlBytes));
+    assert.notEqual(first._msgid, undefined);
+    const result = messages('out', 2);
+    helper
+      .getNode('n')
+      .receive({ payload: { prompt_id: 'p', status: 'completed', outputs: {}, files: [owl, fox] } });
+    const files = await result;
+    assert.deepEqual(
+      files.map((msg) => msg.file),
+      [owl, fox],
+    );
+    assert.deepEqual(cloud.generation.storageLeaks(), []);
+  });
+
+  it('file mode streams into the directory setting and does not overwrite unless told', async () => {
+    const target = path.join(directory, 'set');
+    await load(
+      flowWith(
+        { type: 'graph-gen-download', mode: 'file', directory: target, directoryType: 'str' },
+        { baseUrl: cloud.url },
+      ),
+    );
+    const msg = await outputOf('n', { payload: fox });
+    assert.equal(msg.payload, path.join(target, fox.filename));
+    assert.ok(fs.readFileSync(msg.payload).equals(foxBytes));
+    fs.writeFileSync(msg.payload, 'mine');
+    const failure = await failureOf('n', { payload: fox });
+    assert.equal(failure.error.code, 'invalid_input');
+    assert.match(failure.error.message, /"fox_00001_.png" already exists/);
+    assert.equal(fs.readFileSync(msg.payload, 'utf8'), 'mine');
+    await helper.unload();
+    await load(
+      flowWith(
+        {
+          type: 'graph-gen-download',
+          mode: 'file',
+          directory: target,
+          directoryType: 'str',
+          overwrite: true,
+        },
+        { baseUrl: cloud.url },
+      ),
+    );
+    await outputOf('n', { payload: fox });
+    assert.ok(fs.readFileSync(msg.payload).equals(foxBytes));
+  });
+
+  it('file mode takes msg.directory, and refuses without any directory', async () => {
+    await load(flowWith({ type: 'graph-gen-download', mode: 'file' }, { baseUrl: cloud.url }));
+    const target = path.join(directory, 'from-msg');
+    const msg = await outputOf('n', { payload: owl, directory: target });
+    assert.equal(msg.payload, path.join(target, owl.filename));
+    assert.ok(fs.readFileSync(msg.payload).equals(owlBytes));
+    const failure = await failureOf('n', { payload: owl });
+    assert.match(failure.error.message, /file mode needs a directory/);
+  });
+
+  for (const name of ['../escape.png', '..', '/etc/passwd', 'a/b.png', 'a\\b.png']) {
+    it(`file mode refuses the name ${JSON.stringify(name)}, which would leave the directory`, async () => {
+      const ref = { filename: name, subfolder: '', type: 'output' };
+      cloud.generation.addFile(ref, { content: Buffer.from('x') });
+      await load(
+        flowWith(
+          { type: 'graph-gen-download', mode: 'file', directory, directoryType: 'str' },
+          { baseUrl: cloud.url },
+        ),
+      );
+      const failure = await failureOf('n', { payload: ref });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.match(failure.error.message, /would leave the download directory/);
+      assert.equal(cloud.counters.count('/api/view'), 0);
+      assert.equal(fs.existsSync(path.join(directory, '..', 'escape.png')), false);
+    });
+  }
+
+  it('a missing file fails naming it', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    const failure = await failureOf('n', {
+      payload: { filename: 'gone.png', subfolder: '', type: 'output' },
+    });
+    assert.equal(failure.error.code, 'invalid_request');
+    assert.equal(failure.error.cause.status, 404);
+    assert.match(failure.error.message, /downloading "gone.png"/);
+  });
+
+  it('a storage host error fails naming the file, with no signed address in the error', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    cloud.generation.storage.faults.add({ path: /^\/files\//, status: 403, body: 'Request has expired' });
+    const failure = await failureOf('n', { payload: fox });
+    assert.equal(failure.error.code, 'invalid_request');
+    assert.equal(failure.error.cause.status, 403);
+    assert.match(failure.error.message, /storage host answered HTTP 403 for "fox_00001_.png"/);
+    assert.doesNotMatch(textOf(failure.error), /signature=/);
+    cloud.generation.storage.faults.add({ path: /^\/files\//, status: 500, body: 'boom' });
+    const second = await failureOf('n', { payload: fox });
+    assert.equal(second.error.code, 'server_error');
+  });
+
+  it('retries /api/view after a 503 and a 429 with Retry-After, then delivers the file', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    cloud.faults.add({ path: '/api/view', status: 503 });
+    cloud.faults.add({ path: '/api/view', status: 429, retryAfter: 0 });
+    const msg = await outputOf('n', { payload: owl });
+    assert.ok(msg.payload.equals(owlBytes));
+    assert.equal(cloud.counters.count('/api/view'), 3);
+  });
+
+  it('refuses a payload that names no file', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    const failure = await failureOf('n', { payload: 'fox.png' });
+    assert.equal(failure.error.code, 'invalid_input');
+    assert.match(failure.error.message, /msg.payload must be a file reference/);
+    const second = await failureOf('n', { payload: [fox, { subfolder: '' }] });
+    assert.match(second.error.message, /file reference 2 of msg.payload has no filename/);
+  });
+});
