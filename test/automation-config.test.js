@@ -88,6 +88,20 @@ describe('automation-config', () => {
     assert.match(msg.error.message, /host of the automation service is not set/);
   });
 
+  it('tells the user when a list node has no config node chosen', async () => {
+    await helper.load([configNode, listNode, catchNode], flow(sandbox, { server: 'missing' }), credentials);
+    const caught = collect('caught');
+    const list = helper.getNode('list');
+    const seen = [];
+    list.status = (status) => seen.push(status);
+    list.receive({});
+    const msg = await caught.next();
+    assert.equal(msg.error.code, 'invalid_input');
+    assert.match(msg.error.message, /no automation-config is chosen/);
+    assert.equal(listRequests(sandbox).length, 0);
+    assert.deepEqual(seen.at(-1), { fill: 'red', shape: 'ring', text: 'invalid input' });
+  });
+
   describe('test connection (admin endpoint)', () => {
     const settings = () => ({
       deployment: 'self-hosted',

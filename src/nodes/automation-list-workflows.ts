@@ -15,7 +15,7 @@ import {
   type Workflow,
 } from '../automation/client';
 import { invalidInput } from '../http/errors';
-import { evaluateProperty, fail, shortText } from './node-helpers';
+import { evaluateProperty, fail, shortText, statusFailed } from './node-helpers';
 
 interface ListWorkflowsDef extends NodeDef {
   server: string;
@@ -63,6 +63,7 @@ export = function (RED: NodeAPI) {
     const maxPagesSetting = String(def.maxPages ?? '').trim();
     const maxPages = maxPagesSetting === '' ? DEFAULT_PAGE_CAP : Number(maxPagesSetting);
     const running = new Set<AbortController>();
+    if (!RED.nodes.getNode(def.server)) node.status(statusFailed('no service chosen'));
 
     async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
       if (LITERAL_TYPES.has(type ?? '')) return value === '' ? undefined : value;
