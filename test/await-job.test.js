@@ -3,6 +3,7 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const configNode = require('../dist/nodes/graph-gen-config.js');
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const submitNode = require('../dist/nodes/graph-gen-submit.js');
 const { startSandbox } = require('../dist/sandbox');
 const { SocketManager } = require('../dist/generation/socket-manager');
 const { encodePreviewWithMetadata } = require('../dist/generation/frames');
@@ -19,6 +20,32 @@ const {
 } = require('./socket-support');
 
 const catchNode = coreNode('common/25-catch.js');
+function textToImage() {
+  return {
+    4: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'v1-5-pruned-emaonly.safetensors' } },
+    5: { class_type: 'EmptyLatentImage', inputs: { width: 512, height: 512, batch_size: 1 } },
+    6: { class_type: 'CLIPTextEncode', inputs: { text: 'a red fox', clip: ['4', 1] } },
+    7: { class_type: 'CLIPTextEncode', inputs: { text: 'blurry', clip: ['4', 1] } },
+    3: {
+      class_type: 'KSampler',
+      inputs: {
+        seed: 1,
+        steps: 20,
+        cfg: 7,
+        sampler_name: 'euler',
+        scheduler: 'normal',
+        denoise: 1,
+        model: ['4', 0],
+        positive: ['6', 0],
+        negative: ['7', 0],
+        latent_image: ['5', 0],
+      },
+    },
+    8: { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 2] } },
+    9: { class_type: 'SaveImage', inputs: { filename_prefix: 'fox', images: ['8', 0] } },
+  };
+}
+
 const EXCEPTION_TYPES = [
   'ValidationError',
   'ModelDownloadError',
@@ -314,5 +341,54 @@ describe('graph-gen-await-job', () => {
     );
     assert.equal(connection.sockets().stats.socketsOpened, 1, 'the socket stayed up');
     assert.equal(connection.sockets().stats.framesDropped, 5);
+  });
+
+  it("self-hosted end to end: submit -> delay -> await gets every event of the job on the config's one socket", async () => {
+    const selfHosted = await startSandbox({ events: { stepDelayMs: 1 } });
+    try {
+      const flow = awaitFlow(selfHosted, { progress: true, previewRate: 0 }, [
+        {
+          id: 'submit',
+          z: 'f1',
+          x: 1,
+          y: 1,
+          type: 'graph-gen-submit',
+          server: 'cfg',
+          workflow: '',
+          check: false,
+          partner: 'auto',
+          wires: [['submitted']],
+        },
+        { id: 'submitted', z: 'f1', x: 1, y: 1, type: 'helper' },
+      ]);
+      await helper.load([configNode, awaitNode, submitNode, catchNode], flow, {});
+      const submitted = collect('submitted');
+      const done = collect('done');
+      const progress = collect('progress');
+      helper.getNode('submit').receive({ payload: textToImage(), topic: 'fox' });
+      const msg = await submitted.next();
+      const job = selfHosted.jobs.jobs.get(msg.prompt_id);
+      assert.equal(
+        job.clientId,
+        helper.getNode('cfg').connection.clientId,
+        "submitted with the socket's client id",
+      );
+      await until(() => job.state === 'completed', 'the job to end');
+      await sleep(100);
+      helper.getNode('await').receive(msg);
+      const result = await done.next();
+      assert.equal(result.topic, 'fox');
+      assert.deepEqual(result.payload.outputs, job.outputs);
+      assert.equal(result.payload.files.length, 1);
+      const topics = progress.received.map((m) => m.topic);
+      assert.equal(topics[0], 'execution_start', 'the kept events are replayed from the start');
+      assert.ok(topics.includes('preview'));
+      assert.equal(selfHosted.counters.socketsOpened, 1);
+      assert.equal(selfHosted.counters.count(`/api/jobs/${job.id}`), 0, 'nothing was missed');
+      await helper.unload();
+      await until(() => selfHosted.counters.socketsOpen === 0, 'the socket to close');
+    } finally {
+      await selfHosted.close();
+    }
   });
 });

@@ -262,12 +262,21 @@ export class SocketManager {
 
   private connect(): void {
     this.setState(this.refused ? 'unauthorized' : 'connecting');
-    const ws = new WebSocket(this.address(), {
-      handshakeTimeout: this.timings.handshakeTimeoutMs,
-      perMessageDeflate: false,
-      // Larger frames are read and then dropped by the parser, so one bad frame does not cost the socket.
-      maxPayload: this.limits.maxFrameBytes * 2 + 1024,
-    });
+    let ws: WebSocket;
+    try {
+      ws = new WebSocket(this.address(), {
+        handshakeTimeout: this.timings.handshakeTimeoutMs,
+        perMessageDeflate: false,
+        // Larger frames are read and then dropped by the parser, so one bad frame does not cost the socket.
+        maxPayload: this.limits.maxFrameBytes * 2 + 1024,
+      });
+    } catch (error) {
+      // A base address that cannot become a socket address will not get better by retrying.
+      this.log('warn', `graph-gen socket: cannot connect to the base address: ${String(error)}`);
+      this.setState('down');
+      for (const waiter of [...this.waiters]) waiter.finish(false);
+      return;
+    }
     this.ws = ws;
     let closedResolve: () => void = () => undefined;
     this.closedSocket = new Promise<void>((resolve) => (closedResolve = resolve));
