@@ -15,6 +15,7 @@ const vm = require('node:vm');
 
 const KEY = 'bench-key-2b7d';
 const JOBS = Number(process.argv[2]) || 1000;
+const ROUNDS = 3;
 /** Three nodes, 14 sampler steps: 2 + 3 executing + 14 x (progress, progress_state, preview) + executed + success + executing null = 50. */
 const WORKFLOW = {
   1: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'model.safetensors' } },
@@ -51,7 +52,11 @@ async function runSandbox() {
       for (const id of message.ids) sandbox.jobs.cancel(id);
       reply({});
     } else if (message.cmd === 'stats') {
-      reply({ socketsOpened: sandbox.counters.socketsOpened, framesSent: sandbox.events.framesSent });
+      reply({
+        socketsOpened: sandbox.counters.socketsOpened,
+        framesSent: sandbox.events.framesSent,
+        statusChecks: sandbox.counters.count(/^\/api\/job\/[^/]+\/status$/),
+      });
     } else if (message.cmd === 'reset') {
       sandbox.counters.reset();
       reply({});
@@ -106,6 +111,10 @@ function gc() {
 function cpuMs(start) {
   const used = process.cpuUsage(start);
   return (used.user + used.system) / 1000;
+}
+
+function median(runs, field) {
+  return [...runs].sort((a, b) => a[field] - b[field])[Math.floor(runs.length / 2)];
 }
 
 function percentile(sorted, p) {
@@ -179,12 +188,15 @@ async function runOurs(child, jobs) {
   let outputs = 0;
   const cpu = process.cpuUsage();
   const started = performance.now();
+  // onEnd is where the await-job node sends its output msg.
   const results = ids.map((id) =>
-    tracker.track(id).then((result) => {
-      const at = completionAt.get(id);
-      if (at !== undefined) latencies.push(performance.now() - at);
-      if (result && result.status === 'completed') completed += 1;
-      outputs += result?.files?.length ?? 0;
+    tracker.track(id, {
+      onEnd: (result) => {
+        const at = completionAt.get(id);
+        if (at !== undefined) latencies.push(performance.now() - at);
+        if (result.status === 'completed') completed += 1;
+        outputs += result.files?.length ?? 0;
+      },
     }),
   );
   await child.call('run', { ids });
@@ -218,7 +230,10 @@ async function heapPerJob(child, jobs) {
   const before = process.memoryUsage().heapUsed;
   const awaited = ids.slice(1).map((id) => tracker.track(id));
   // Let every status check come back: what stays is what an awaited job costs.
-  await new Promise((resolve) => setTimeout(resolve, 1500));
+  const deadline = Date.now() + 10_000;
+  while ((await child.call('stats')).statusChecks < ids.length && Date.now() < deadline)
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  await new Promise((resolve) => setTimeout(resolve, 200));
   gc();
   const after = process.memoryUsage().heapUsed;
   tracker.close();
@@ -236,10 +251,27 @@ async function main() {
   await runOurs(child, 100);
   await child.call('reset');
 
-  const baseline = await runBaseline(child, JOBS);
-  await child.call('reset');
-  const ours = await runOurs(child, JOBS);
-  const { socketsOpened } = await child.call('stats');
+  // Rounds alternate between the two clients; the median round of each is reported (the machine is shared).
+  const baselines = [];
+  const oursRuns = [];
+  let socketsOpened = 0;
+  for (let round = 0; round < ROUNDS; round++) {
+    baselines.push(await runBaseline(child, JOBS));
+    await child.call('reset');
+    oursRuns.push(await runOurs(child, JOBS));
+    socketsOpened = Math.max(socketsOpened, (await child.call('stats')).socketsOpened);
+    await child.call('reset');
+  }
+  const baseline = {
+    timeMs: median(baselines, 'timeMs').timeMs,
+    cpuMs: median(baselines, 'cpuMs').cpuMs,
+    frames: baselines[0].frames,
+  };
+  const ours = {
+    ...median(oursRuns, 'cpuMs'),
+    timeMs: median(oursRuns, 'timeMs').timeMs,
+    latencies: oursRuns.flatMap((run) => run.latencies).sort((a, b) => a - b),
+  };
   const heap = await heapPerJob(child, JOBS);
   await child.call('close');
 
@@ -247,7 +279,7 @@ async function main() {
   const p50 = percentile(ours.latencies, 50);
   const p99 = percentile(ours.latencies, 99);
   const rows = [
-    ['jobs in flight', JOBS, JOBS, ''],
+    ['jobs in flight', JOBS, JOBS, `medians of ${ROUNDS} alternating rounds`],
     [
       'frames received',
       baseline.frames,
@@ -267,7 +299,7 @@ async function main() {
       `x${(ours.cpuMs / baseline.cpuMs).toFixed(2)} (target <= 1.5)`,
     ],
     ['completed / files', `${JOBS} / -`, `${ours.completed} / ${ours.outputs}`, ''],
-    ['completion->output p50 (ms)', '-', p50.toFixed(3), ''],
+    ['completion->output p50 (ms)', '-', p50.toFixed(3), 'all rounds'],
     ['completion->output p99 (ms)', '-', p99.toFixed(3), 'target < 5'],
     ['heap per awaited job (B)', '-', heap.toFixed(0), 'target < 4096'],
     ['sockets opened', 1, socketsOpened, 'must be 1'],

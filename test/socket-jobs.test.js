@@ -101,7 +101,7 @@ describe('job tracking against the sandbox', () => {
   it('polls the status when the socket cannot be had, and reads the outputs over REST', async () => {
     const { sandbox, tracker } = await setUp();
     sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
-    const job = sandbox.jobs.submit(workflow());
+    const job = sandbox.jobs.submit(workflow({ 25: { class_type: 'SandboxSlow', inputs: { ms: 400 } } }));
     const result = await tracker.track(job.id);
     assert.equal(result.status, 'completed');
     assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));

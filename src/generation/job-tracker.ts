@@ -50,6 +50,8 @@ export interface TrackOptions {
   /** On timeout, also ask the service to cancel the job (POST /api/queue {delete}). */
   cancelOnTimeout?: boolean;
   onProgress?: (progress: JobProgress) => void;
+  /** Called with the result the moment the job ends, before the promise settles (no microtask delay). */
+  onEnd?: (result: JobResult) => void;
 }
 
 export interface JobTrackerOptions {
@@ -59,6 +61,11 @@ export interface JobTrackerOptions {
   pollMaxMs?: number;
   /** A job that has had no event this long while the socket is up gets its status checked. */
   quietCheckMs?: number;
+  /**
+   * The status check after subscribing waits this long, and is skipped when the job's events are arriving
+   * on an unbroken connection meanwhile: then its end will arrive too.
+   */
+  firstCheckMs?: number;
   /** Something a node shows in its status changed (a job's phase, node, step; the queue; the socket). */
   onChange?: () => void;
   onQueueStatus?: SocketUser['onQueueStatus'];
@@ -90,6 +97,9 @@ class TrackedJob implements JobView {
   ending = false;
   /** The connection that delivered execution_start; a later event from another one means a gap. */
   startEpoch?: number;
+  /** The connection that delivered this job's first event. */
+  firstEventEpoch?: number;
+  firstCheckTimer?: NodeJS.Timeout;
   gap = false;
   checking = false;
   pollDelay: number;
@@ -113,7 +123,10 @@ class TrackedJob implements JobView {
 export class JobTracker {
   private readonly jobs = new Set<TrackedJob>();
   private readonly options: Required<
-    Pick<JobTrackerOptions, 'previewsPerSecond' | 'pollInitialMs' | 'pollMaxMs' | 'quietCheckMs'>
+    Pick<
+      JobTrackerOptions,
+      'previewsPerSecond' | 'pollInitialMs' | 'pollMaxMs' | 'quietCheckMs' | 'firstCheckMs'
+    >
   > &
     JobTrackerOptions;
   private deregister?: () => void;
@@ -130,6 +143,7 @@ export class JobTracker {
       pollInitialMs: 2_000,
       pollMaxMs: 10_000,
       quietCheckMs: 60_000,
+      firstCheckMs: 150,
       ...options,
     };
   }
@@ -161,8 +175,14 @@ export class JobTracker {
       if (job.ending) return;
       this.armQuietCheck(job);
       this.changed();
-      // The job may have ended before it was awaited, with its events gone: ask once.
-      void this.check(job);
+      // The job may have ended before it was awaited, with its events gone: ask once, unless its events
+      // are arriving on an unbroken connection (then its end will come the same way).
+      job.firstCheckTimer = setTimeout(() => {
+        job.firstCheckTimer = undefined;
+        const live =
+          job.firstEventEpoch !== undefined && job.firstEventEpoch === sockets.epoch && sockets.isOpen;
+        if (!live) void this.check(job);
+      }, this.options.firstCheckMs);
       if (!sockets.isOpen) this.schedulePoll(job);
     });
   }
@@ -212,6 +232,7 @@ export class JobTracker {
   private onEvent(job: TrackedJob, event: SocketEvent): void {
     if (job.ending) return;
     job.lastEvent = Date.now();
+    job.firstEventEpoch ??= event.epoch;
     const { type, data } = event;
     if (job.startEpoch !== undefined && event.epoch !== job.startEpoch) job.gap = true;
     const terminal = TERMINAL_EVENTS[type];
@@ -417,6 +438,11 @@ export class JobTracker {
     }
     if (!this.jobs.has(job)) return;
     this.release(job, true);
+    try {
+      job.options.onEnd?.(result);
+    } catch (error) {
+      this.log('warn', `graph-gen: handing on the result of ${job.promptId} failed: ${String(error)}`);
+    }
     job.resolve(result);
     this.changed();
   }
@@ -426,7 +452,8 @@ export class JobTracker {
     clearTimeout(job.timeoutTimer);
     clearTimeout(job.pollTimer);
     clearTimeout(job.quietTimer);
-    job.timeoutTimer = job.pollTimer = job.quietTimer = undefined;
+    clearTimeout(job.firstCheckTimer);
+    job.timeoutTimer = job.pollTimer = job.quietTimer = job.firstCheckTimer = undefined;
     job.unsubscribe({ ended });
     this.jobs.delete(job);
     if (!ended) job.resolve(undefined);

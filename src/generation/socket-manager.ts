@@ -512,7 +512,9 @@ export class SocketManager {
   private dispatch(promptId: string, event: SocketEvent): void {
     const set = this.listeners.get(promptId);
     if (set) {
-      for (const listener of [...set]) this.safely(() => listener(event));
+      // One listener is the common case: no copy of the set per event.
+      if (set.size === 1) for (const listener of set) this.deliver(listener, event);
+      else for (const listener of [...set]) this.deliver(listener, event);
       return;
     }
     if (this.ended.has(promptId)) return;
@@ -552,6 +554,14 @@ export class SocketManager {
   /** Number of prompt_ids whose events are kept for a later await. */
   get keptJobs(): number {
     return this.buffered.size;
+  }
+
+  private deliver(listener: JobListener, event: SocketEvent): void {
+    try {
+      listener(event);
+    } catch (error) {
+      this.log('warn', `graph-gen socket: a listener failed: ${String(error)}`);
+    }
   }
 
   private safely(call: () => void): void {

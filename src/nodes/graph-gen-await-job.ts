@@ -100,6 +100,7 @@ export = function (RED: NodeAPI): void {
     }
 
     function finished(msg: NodeMessage, result: JobResult, send: Send, done: Done): void {
+      (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
       msg.payload = result;
       if (result.status === 'completed') {
         lastOutcome = { fill: 'green', shape: 'dot', text: text('status.done') };
@@ -152,14 +153,11 @@ export = function (RED: NodeAPI): void {
         onProgress: progressEnabled
           ? (progress) => send([null, null, progressMessage(base, progress)])
           : undefined,
+        // Sent the moment the job ends, not a microtask later.
+        onEnd: (ended) => finished(msg, ended, send, done),
       });
-      if (!result) {
-        // The node is closing: the msg ends here without a result.
-        done();
-        return;
-      }
-      (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
-      finished(msg, result, send, done);
+      // No result: the node is closing, and the msg ends here.
+      if (!result) done();
     }
 
     node.on('input', (msg, send, done) => {
