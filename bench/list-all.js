@@ -1,17 +1,25 @@
 'use strict';
-// Lists 50,000 workflows at limit 250 from the sandbox with our client's walk (as the list node's all mode
-// does it: every page, repeats dropped) and, as the baseline, with a bare undici keep-alive loop over the
-// same cursors. Each side runs in its own child process (so peak RSS is its own), warmed up once, then
-// timed over several walks; the sandbox runs in this process. Usage: node bench/list-all.js [workflows]
+// Lists 50,000 workflows at limit 250 from the sandbox three ways: the baseline, a bare undici keep-alive
+// loop over the cursors; our client's walk (client.walk, pages appended to one array); and our walk as the
+// list node's all mode runs it (collectAll: the same, with repeated ids dropped). Each side runs in its own
+// child process (so its peak RSS is its own), is warmed up once, then timed walk by walk in turns with the
+// others; the sandbox runs in this process. Usage: node bench/list-all.js [workflows] [walks]
 const { fork } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const { performance } = require('node:perf_hooks');
 
 const WORKFLOWS = Number(process.argv[2]) || 50_000;
+const WALKS = Number(process.argv[3]) || 20;
 const LIMIT = 250;
-const WALKS = 8;
 const KEY = 'bench-key';
+const TARGET = 1.2;
+
+const SIDES = {
+  baseline: 'bare undici loop',
+  walk: 'our client walk',
+  all: 'walk + repeat filter',
+};
 
 async function baselineWalk(base) {
   const { Agent, request } = require('undici');
@@ -30,34 +38,58 @@ async function baselineWalk(base) {
   return workflows.length;
 }
 
+function ourClient(base) {
+  const { AutomationClient } = require('../dist/automation/client');
+  ourClient.client ??= new AutomationClient({ host: '127.0.0.1', port: new URL(base).port, apiKey: KEY });
+  return ourClient.client;
+}
+
 async function clientWalk(base) {
-  const { AutomationClient, collectAll } = require('../dist/automation/client');
-  const { port } = new URL(base);
-  const client = (clientWalk.client ??= new AutomationClient({ host: '127.0.0.1', port, apiKey: KEY }));
-  const { workflows } = await collectAll(client.walk({ limit: LIMIT }));
+  const workflows = [];
+  for await (const page of ourClient(base).walk({ limit: LIMIT })) {
+    for (const workflow of page.data) workflows.push(workflow);
+  }
   return workflows.length;
 }
 
-async function worker(kind, base) {
-  const walk = kind === 'client' ? clientWalk : baselineWalk;
-  await walk(base); // warm-up: JIT and the connection
-  const times = [];
-  let count = 0;
-  for (let i = 0; i < WALKS; i++) {
-    const started = performance.now();
-    count = await walk(base);
-    times.push(performance.now() - started);
-  }
-  process.send({ times, count, maxRssKb: process.resourceUsage().maxRSS });
-  process.exit(0);
+async function allModeWalk(base) {
+  const { collectAll } = require('../dist/automation/client');
+  const { workflows } = await collectAll(ourClient(base).walk({ limit: LIMIT }));
+  return workflows.length;
 }
 
-function runWorker(kind, base) {
-  return new Promise((resolve, reject) => {
-    const child = fork(__filename, ['--worker', kind, base], { stdio: 'inherit' });
-    child.once('message', resolve);
-    child.once('exit', (code) => code !== 0 && reject(new Error(`${kind} worker exited with ${code}`)));
+const WALKERS = { baseline: baselineWalk, walk: clientWalk, all: allModeWalk };
+
+/** A child process that walks when told to and reports each walk's time, then its peak RSS. */
+function worker(side, base) {
+  process.on('message', async (command) => {
+    try {
+      if (command === 'walk') {
+        const started = performance.now();
+        const count = await WALKERS[side](base);
+        process.send({ ms: performance.now() - started, count });
+      } else {
+        process.send({ maxRssKb: process.resourceUsage().maxRSS });
+        process.exit(0);
+      }
+    } catch (error) {
+      process.stderr.write(`${error.stack}\n`);
+      process.exit(1);
+    }
   });
+}
+
+function startWorker(side, base) {
+  const child = fork(__filename, ['--worker', side, base], { stdio: 'inherit' });
+  child.once('exit', (code) => code !== 0 && process.stderr.write(`${side} worker exited with ${code}\n`));
+  return {
+    ask(command) {
+      return new Promise((resolve) => {
+        child.once('message', resolve);
+        child.send(command);
+      });
+    },
+  };
 }
 
 const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
@@ -68,54 +100,92 @@ async function main() {
   const server = new SandboxServer();
   mountAutomationService(server, { apiKey: KEY, workflows: WORKFLOWS });
   await server.listen();
+  const sides = Object.keys(SIDES);
   const results = {};
   try {
-    // Alternating rounds, so a slow moment of the machine does not land on one side only.
-    for (let round = 0; round < 3; round++) {
-      for (const kind of ['baseline', 'client']) {
+    const workers = Object.fromEntries(sides.map((side) => [side, startWorker(side, server.url)]));
+    for (const side of sides) {
+      await workers[side].ask('walk'); // warm-up: JIT and the connection
+      results[side] = { times: [], requests: 0, count: 0, maxRssKb: 0 };
+    }
+    // Walk by walk, rotating which side goes first, so a slow moment of the machine hits every side alike.
+    for (let walk = 0; walk < WALKS; walk++) {
+      const order = sides.map((_, i) => sides[(i + walk) % sides.length]);
+      for (const side of order) {
         server.counters.reset();
-        const result = await runWorker(kind, server.url);
-        const requests = server.counters.count('/api/v1/workflows') / (WALKS + 1);
-        const entry = (results[kind] ??= { times: [], count: result.count, requests, maxRssKb: 0 });
-        entry.times.push(...result.times);
-        entry.maxRssKb = Math.max(entry.maxRssKb, result.maxRssKb);
-        if (result.count !== WORKFLOWS) throw new Error(`${kind} listed ${result.count} of ${WORKFLOWS}`);
+        const { ms, count } = await workers[side].ask('walk');
+        if (count !== WORKFLOWS) throw new Error(`${side} listed ${count} of ${WORKFLOWS}`);
+        Object.assign(results[side], { count, requests: server.counters.count('/api/v1/workflows') });
+        results[side].times.push(ms);
       }
     }
+    for (const side of sides) results[side].maxRssKb = (await workers[side].ask('done')).maxRssKb;
   } finally {
     await server.close();
   }
+
   const base = results.baseline;
-  const ours = results.client;
-  const ratio = median(ours.times) / median(base.times);
-  const row = (label, a, b, r = '') =>
-    `| ${label.padEnd(22)} | ${String(a).padStart(14)} | ${String(b).padStart(12)} | ${String(r).padStart(6)} |`;
+  const cell = (text, width) => String(text).padStart(width);
+  const row = (label, values) => `| ${label.padEnd(30)} | ${values.map((v) => cell(v, 20)).join(' | ')} |`;
+  const ratioOf = (side, pick) => (pick(results[side].times) / pick(base.times)).toFixed(3);
+  const fastest = (times) => Math.min(...times);
   const lines = [
-    `list-all: ${WORKFLOWS} workflows at limit ${LIMIT}, ${base.times.length} timed walks each (median), Node ${process.version}`,
-    row('', 'bare undici', 'our client', 'ratio'),
-    `|${'-'.repeat(24)}|${'-'.repeat(16)}|${'-'.repeat(14)}|${'-'.repeat(8)}|`,
-    row('time per walk (ms)', median(base.times).toFixed(1), median(ours.times).toFixed(1), ratio.toFixed(3)),
-    row('fastest walk (ms)', Math.min(...base.times).toFixed(1), Math.min(...ours.times).toFixed(1)),
-    row('requests per walk', base.requests, ours.requests),
-    row('workflows listed', base.count, ours.count),
-    row('peak RSS (MB)', (base.maxRssKb / 1024).toFixed(1), (ours.maxRssKb / 1024).toFixed(1)),
+    `list-all: ${WORKFLOWS} workflows at limit ${LIMIT}, ${WALKS} timed walks per side, Node ${process.version}`,
     '',
-    `target: ratio <= 1.2 -> ${ratio <= 1.2 ? 'met' : 'NOT met'}`,
+    row(
+      '',
+      sides.map((side) => SIDES[side]),
+    ),
+    `|${'-'.repeat(32)}|${sides.map(() => '-'.repeat(22)).join('|')}|`,
+    row(
+      'median time per walk (ms)',
+      sides.map((side) => median(results[side].times).toFixed(1)),
+    ),
+    row(
+      'fastest walk (ms)',
+      sides.map((side) => fastest(results[side].times).toFixed(1)),
+    ),
+    row(
+      'ratio to baseline (median)',
+      sides.map((side) => ratioOf(side, median)),
+    ),
+    row(
+      'ratio to baseline (fastest)',
+      sides.map((side) => ratioOf(side, fastest)),
+    ),
+    row(
+      'requests per walk',
+      sides.map((side) => results[side].requests),
+    ),
+    row(
+      'workflows listed',
+      sides.map((side) => results[side].count),
+    ),
+    row(
+      'peak RSS (MB)',
+      sides.map((side) => (results[side].maxRssKb / 1024).toFixed(1)),
+    ),
+    '',
+    ...['walk', 'all'].map((side) => {
+      const ratio = Number(ratioOf(side, median));
+      return `target (median ratio <= ${TARGET}), ${SIDES[side]}: ${ratio <= TARGET ? 'met' : 'NOT met'} (${ratio})`;
+    }),
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
   const dir = path.join(__dirname, 'results');
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(
     path.join(dir, 'list-all.json'),
-    JSON.stringify({ workflows: WORKFLOWS, limit: LIMIT, ratio, results, node: process.version }, null, 2),
+    JSON.stringify(
+      { workflows: WORKFLOWS, limit: LIMIT, walks: WALKS, node: process.version, results },
+      null,
+      2,
+    ),
   );
 }
 
 if (process.argv[2] === '--worker') {
-  worker(process.argv[3], process.argv[4]).catch((error) => {
-    process.stderr.write(`${error.stack}\n`);
-    process.exit(1);
-  });
+  worker(process.argv[3], process.argv[4]);
 } else {
   main().catch((error) => {
     process.stderr.write(`${error.stack}\n`);
