@@ -1,0 +1,210 @@
+'use strict';
+/* global RED, $ -- these run inside the editor page (page.evaluate / page.waitForFunction) */
+// Every node type in a real editor: in the palette (flow nodes), its dialog opens with every label
+// translated, refuses a bad value, and saves a good one. Config nodes: the key never comes back to the
+// browser, and "test connection" says in words whether the key was accepted.
+const assert = require('node:assert');
+const { stack, openEditor, screenshot } = require('./support/stack');
+const editor = require('./support/editor');
+
+// For each type: a field the dialog validates, a value it must refuse and one it must accept.
+const CONFIG_NODES = {
+  'graph-gen-config': {
+    field: 'baseUrl',
+    bad: 'ftp://gen.example.com',
+    good: (ctx) => ctx.sandboxUrl,
+    fill: (ctx) => ({ apiKey: ctx.keys.generation }),
+  },
+  'automation-config': {
+    field: 'port',
+    bad: '70000',
+    good: (ctx) => new URL(ctx.sandboxUrl).port,
+    fill: (ctx) => ({ host: '127.0.0.1', apiKey: ctx.keys.automation }),
+  },
+};
+// Every flow node refuses a missing config node; where it has a setting of its own to validate, that too.
+const FLOW_NODES = {
+  'graph-gen-upload': { config: 'graph-gen-config', field: 'name', good: 'upload here' },
+  'graph-gen-submit': {
+    config: 'graph-gen-config',
+    field: 'workflow',
+    code: true,
+    bad: '{"3": {"inputs": ',
+    good: '{"3":{"class_type":"SaveImage","inputs":{"filename_prefix":"x"}}}',
+  },
+  'graph-gen-await-job': { config: 'graph-gen-config', field: 'timeout', bad: 'soon', good: '120' },
+  'graph-gen-download': { config: 'graph-gen-config', field: 'name', good: 'fetch files' },
+  'graph-gen-queue': { config: 'graph-gen-config', field: 'name', good: 'the queue' },
+  'automation-list-workflows': { config: 'automation-config', field: 'limit', bad: '0', good: '250' },
+};
+
+describe('editor: every node type in a real browser', function () {
+  this.timeout(60000);
+  let ctx;
+  let page;
+  let problems;
+
+  before(async function () {
+    this.timeout(120000);
+    ctx = await stack();
+    ({ page, problems } = await openEditor(ctx));
+  });
+
+  after(async () => {
+    await page?.close();
+  });
+
+  afterEach(async () => {
+    await editor.dismissAll(page);
+    assert.deepStrictEqual(problems.splice(0), [], 'the editor page threw');
+  });
+
+  for (const [type, spec] of Object.entries(CONFIG_NODES)) {
+    it(`${type}: the dialog opens, translates its labels, refuses a bad ${spec.field}, saves`, async () => {
+      assert.ok(await editor.typeRegistered(page, type), `${type} is not registered in the editor`);
+      await editor.openConfigDialog(page, type);
+      await editor.assertLabelsTranslated(page, type);
+      await editor.setField(page, `node-config-input-${spec.field}`, spec.bad);
+      assert.ok(
+        await editor.fieldInvalid(page, `node-config-input-${spec.field}`),
+        `${spec.bad} was accepted`,
+      );
+      await screenshot(page, `dialog-${type}`, page.locator('.red-ui-tray').last());
+      await editor.setField(page, `node-config-input-${spec.field}`, spec.good(ctx));
+      assert.ok(
+        !(await editor.fieldInvalid(page, `node-config-input-${spec.field}`)),
+        'the good value was refused',
+      );
+      for (const [field, value] of Object.entries(spec.fill(ctx))) {
+        await editor.setField(page, `node-config-input-${field}`, value);
+      }
+      const saved = await editor.closeDialog(page, 'node-config-dialog-ok');
+      const node = await editor.nodeOfType(page, type);
+      assert.strictEqual(node[spec.field], spec.good(ctx));
+      assert.ok(saved);
+    });
+  }
+
+  for (const [type, spec] of Object.entries(FLOW_NODES)) {
+    it(`${type}: in the palette; its dialog opens, translates its labels, refuses ${
+      spec.bad === undefined ? 'a missing config node' : `a missing config node and a bad ${spec.field}`
+    }, saves`, async () => {
+      assert.ok(await editor.typeRegistered(page, type), `${type} is not registered in the editor`);
+      const entry = page.locator(`.red-ui-palette-node[data-palette-type="${type}"]`);
+      assert.strictEqual(await entry.count(), 1, `${type} is not in the palette`);
+      assert.strictEqual(
+        await entry.evaluate((element) =>
+          $(element)
+            .closest('.red-ui-palette-category')
+            .find('.red-ui-palette-header span')
+            .first()
+            .text()
+            .trim(),
+        ),
+        'graph gen',
+        'not in the "graph gen" palette category',
+      );
+      const id = await editor.dropFromPalette(page, type);
+      await editor.openNodeDialog(page, id);
+      await editor.assertLabelsTranslated(page, type);
+
+      await editor.setField(page, 'node-input-server', '_ADD_');
+      assert.ok(await editor.fieldInvalid(page, 'node-input-server'), 'no config node was accepted');
+      const configId = (await editor.nodeOfType(page, spec.config)).id;
+      await editor.setField(page, 'node-input-server', configId);
+      assert.ok(!(await editor.fieldInvalid(page, 'node-input-server')), 'the config node was refused');
+
+      if (spec.code) {
+        await editor.setCode(page, id, spec.bad);
+        assert.match(await page.locator('#graph-gen-submit-notice').innerText(), /JSON/);
+        await editor.setCode(page, id, spec.good);
+        assert.strictEqual(await page.locator('#graph-gen-submit-notice').innerText(), '');
+        assert.match(
+          await page.locator('#graph-gen-submit-nodes').innerText(),
+          /3\s*SaveImage: filename_prefix/,
+        );
+      } else {
+        if (spec.bad !== undefined) {
+          await editor.setField(page, `node-input-${spec.field}`, spec.bad);
+          assert.ok(await editor.fieldInvalid(page, `node-input-${spec.field}`), `${spec.bad} was accepted`);
+        }
+        await editor.setField(page, `node-input-${spec.field}`, spec.good);
+        assert.ok(
+          !(await editor.fieldInvalid(page, `node-input-${spec.field}`)),
+          'the good value was refused',
+        );
+      }
+      await screenshot(page, `dialog-${type}`, page.locator('.red-ui-tray').last());
+      await editor.closeDialog(page, 'node-dialog-ok');
+      const saved = await page.evaluate(
+        ([nodeId, field]) => {
+          const node = RED.nodes.node(nodeId);
+          return { value: node[field], server: node.server, valid: node.valid };
+        },
+        [id, spec.field],
+      );
+      assert.strictEqual(String(saved.value).replace(/\s+/g, ''), spec.good.replace(/\s+/g, ''));
+      assert.strictEqual(saved.server, configId);
+      assert.strictEqual(saved.valid, true, 'the saved node is marked invalid');
+    });
+  }
+
+  it('deploys the nodes made in the dialogs without errors or warnings', async () => {
+    await editor.deploy(page);
+  });
+
+  for (const type of Object.keys(CONFIG_NODES)) {
+    it(`${type}: the key field shows no key after a reload`, async () => {
+      await page.reload();
+      await editor.waitForEditor(page);
+      const id = (await editor.nodeOfType(page, type)).id;
+      const held = await page.evaluate(
+        (nodeId) => JSON.stringify(RED.nodes.node(nodeId).credentials ?? {}),
+        id,
+      );
+      const key = type === 'graph-gen-config' ? ctx.keys.generation : ctx.keys.automation;
+      assert.ok(!held.includes(key), 'the editor holds the key');
+      const answer = await page.evaluate(
+        (url) => fetch(url).then((response) => response.text()),
+        `credentials/${type}/${id}`,
+      );
+      assert.ok(!answer.includes(key), 'the admin API sent the key back');
+      assert.match(answer, /"has_apiKey":true/);
+      await editor.openConfigDialog(page, type, id);
+      const shown = await page.locator('#node-config-input-apiKey').inputValue();
+      assert.ok(!shown.includes(key), `the key field shows the key (${shown.length} characters)`);
+      await editor.closeDialog(page, 'node-config-dialog-cancel');
+    });
+  }
+
+  const TESTS = {
+    'graph-gen-config': { button: 'graph-gen-config-test', result: 'graph-gen-config-test-result' },
+    'automation-config': { button: 'automation-config-test', result: 'automation-config-test-result' },
+  };
+  for (const [type, test] of Object.entries(TESTS)) {
+    it(`${type}: "test connection" reports success with the stored key and a refused key in words`, async () => {
+      const id = (await editor.nodeOfType(page, type)).id;
+      await editor.openConfigDialog(page, type, id);
+      const result = page.locator(`#${test.result}`);
+      await page.click(`#${test.button}`);
+      await page.waitForFunction(
+        (selector) => !/…|\.\.\.$/.test($(selector).text()) && $(selector).text(),
+        `#${test.result}`,
+      );
+      const success = await result.innerText();
+      assert.match(success, /\w+ \w+/, 'no sentence');
+      assert.doesNotMatch(success, /refused|unauthori[sz]ed|fail|error|could not/i, success);
+      await editor.setField(page, 'node-config-input-apiKey', 'a-wrong-key');
+      await page.click(`#${test.button}`);
+      await page.waitForFunction(
+        ([selector, before]) => $(selector).text() !== before && !/…|\.\.\.$/.test($(selector).text()),
+        [`#${test.result}`, success],
+      );
+      const refused = await result.innerText();
+      assert.match(refused, /refused|not accepted|unauthori[sz]ed|rejected/i, refused);
+      assert.ok(!refused.includes('a-wrong-key'), 'the key appears in the message');
+      await screenshot(page, `test-connection-${type}`, page.locator('.red-ui-tray').last());
+      await editor.closeDialog(page, 'node-config-dialog-cancel');
+    });
+  }
+});
