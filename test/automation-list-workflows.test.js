@@ -87,9 +87,10 @@ describe('automation-list-workflows', () => {
       list.receive(msg);
       msg = await out.next(2);
       ids.push(...msg.payload.map((wf) => wf.id));
-      // The cursor can also come as msg.payload.nextCursor.
-      list.receive({ payload: { nextCursor: msg.nextCursor } });
+      // The cursor can also come as msg.cursor (taken first) or msg.payload.nextCursor; it is consumed.
+      list.receive({ cursor: msg.nextCursor, nextCursor: 'ignored', payload: { nextCursor: 'ignored' } });
       msg = await out.next(3);
+      assert.equal('cursor' in msg, false);
       ids.push(...msg.payload.map((wf) => wf.id));
       assert.equal(msg.payload.length, 50);
       assert.equal('nextCursor' in msg, false, 'the last page has no nextCursor');
@@ -103,8 +104,23 @@ describe('automation-list-workflows', () => {
       }
     });
 
+    it('reads the cursor from msg.payload.nextCursor', async () => {
+      const { out } = await load({ limit: '200' });
+      const list = helper.getNode('list');
+      list.receive({});
+      const first = await out.next(1);
+      list.receive({ payload: { nextCursor: first.nextCursor } });
+      const second = await out.next(2);
+      assert.deepEqual(
+        second.payload.map((wf) => wf.id),
+        sandbox.service.workflows.slice(200).map((wf) => wf.id),
+      );
+      assert.equal('nextCursor' in second, false);
+    });
+
     it('takes msg.cursor first and refuses a cursor the service does not know', async () => {
-      const { error, status } = await failure({}, { cursor: 'not-a-cursor' });
+      const { error, status, msg } = await failure({}, { cursor: 'not-a-cursor' });
+      assert.equal(msg.cursor, 'not-a-cursor', 'the failed msg keeps the cursor it asked for');
       assert.equal(error.code, 'invalid_request');
       assert.match(error.message, /the cursor is not valid for this service/);
       assert.equal(error.cause.status, 400);

@@ -99,13 +99,17 @@ export = function (RED: NodeAPI) {
         throw invalidInput(`the page cap "${maxPagesSetting}" is not a whole number of at least 1`);
       }
       const client = clientFor();
-      // The cursor was consumed: the output can be wired straight back in to fetch the following page.
-      delete msg.cursor;
-      delete msg.nextCursor;
+      // Once the cursor is consumed the output can be wired straight back in to fetch the following page;
+      // a msg that fails keeps it, so a Catch node sees which page failed.
+      const consumeCursor = (out: ListMessage): void => {
+        delete out.cursor;
+        delete out.nextCursor;
+      };
 
       if (mode === 'page') {
         node.status(working('page…'));
         const page = await client.listPage({ active, limit, cursor }, signal);
+        consumeCursor(msg);
         msg.payload = page.data;
         if (page.nextCursor !== undefined) msg.nextCursor = page.nextCursor;
         node.status(counted(page.data.length, page.nextCursor !== undefined));
@@ -123,6 +127,7 @@ export = function (RED: NodeAPI) {
         if (splitPages) {
           // Each page gets its own copy of the msg, without copying the input's payload for nothing.
           const out = RED.util.cloneMessage({ ...msg, payload: undefined }) as ListMessage;
+          consumeCursor(out);
           out.payload = fresh;
           out.parts = {
             id: partsId,
@@ -142,6 +147,7 @@ export = function (RED: NodeAPI) {
       }
       node.status(counted(listed));
       if (!splitPages) {
+        consumeCursor(msg);
         msg.payload = workflows;
         send(msg);
       }
