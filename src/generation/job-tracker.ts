@@ -172,7 +172,11 @@ export class JobTracker {
       }
       const sockets = this.connection.sockets();
       job.unsubscribe = sockets.subscribe(promptId, (event) => this.onEvent(job, event));
-      if (job.ending) return;
+      // The kept events replayed by subscribe may have ended the job before the unsubscribe was known.
+      if (job.ending) {
+        if (!this.jobs.has(job)) job.unsubscribe({ ended: true });
+        return;
+      }
       this.armQuietCheck(job);
       this.changed();
       // The job may have ended before it was awaited, with its events gone: ask once, unless its events
