@@ -40,6 +40,8 @@ export interface GenerationServiceOptions {
   keepUploadBytes?: number;
   /** Extra node definitions merged into object_info. */
   nodeDefinitions?: Record<string, NodeDefinition>;
+  /** Hash uploads with SHA-256 for `uploads[].sha256` (default true; benchmarks turn it off). */
+  hashUploads?: boolean;
   /** Lifetime of signed addresses in seconds (default 300). */
   signedAddressSeconds?: number;
 }
@@ -323,7 +325,7 @@ function sendFile(res: http.ServerResponse, filename: string, file: StoredFile):
 
 /** Where an upload's bytes go: kept in memory up to a limit, then to disk or nowhere; always hashed. */
 class UploadSink implements PartSink {
-  readonly hash = createHash('sha256');
+  readonly hash?: ReturnType<typeof createHash>;
   size = 0;
   private kept: Buffer[] = [];
   private file?: WriteStream;
@@ -332,10 +334,13 @@ class UploadSink implements PartSink {
   constructor(
     private readonly keepBytes: number,
     private readonly directory: string | undefined,
-  ) {}
+    hash: boolean,
+  ) {
+    if (hash) this.hash = createHash('sha256');
+  }
 
   async write(chunk: Buffer): Promise<void> {
-    this.hash.update(chunk);
+    this.hash?.update(chunk);
     this.size += chunk.length;
     if (this.size <= this.keepBytes) {
       this.kept.push(Buffer.from(chunk));
@@ -383,8 +388,22 @@ export async function mountGenerationService(
     ctx.json(401, { code: 'unauthorized', message: 'Invalid or missing API key' });
     return false;
   };
+  // Self-hosted servers refuse a POST whose Origin names another host than Host (their CSRF guard).
+  const foreignOrigin = (ctx: RequestContext): boolean => {
+    const origin = ctx.req.headers.origin;
+    if (ctx.req.method !== 'POST' || !origin) return false;
+    try {
+      if (new URL(origin).host === ctx.req.headers.host) return false;
+    } catch {
+      // an unreadable Origin is foreign
+    }
+    ctx.res.writeHead(403, { 'content-length': 0 }).end();
+    return true;
+  };
   const route = (method: string, pattern: string, handler: (ctx: RequestContext) => void | Promise<void>) =>
-    server.route(method, api(pattern), (ctx) => (authorised(ctx) ? handler(ctx) : undefined));
+    server.route(method, api(pattern), (ctx) =>
+      authorised(ctx) && !foreignOrigin(ctx) ? handler(ctx) : undefined,
+    );
 
   const notFound = (ctx: RequestContext, what: string) => ctx.json(404, { code: 'not_found', message: what });
   const statusWord = (job: SandboxJob) => (options.statusWords === 'raw' ? RAW_WORDS[job.state] : job.state);
@@ -417,7 +436,11 @@ export async function mountGenerationService(
     try {
       form = await readMultipart(ctx.req, boundary, (part) => {
         if (part.field !== 'image' || sink) return undefined;
-        sink = new UploadSink(options.keepUploadBytes ?? DEFAULT_KEEP_UPLOAD_BYTES, options.uploadDirectory);
+        sink = new UploadSink(
+          options.keepUploadBytes ?? DEFAULT_KEEP_UPLOAD_BYTES,
+          options.uploadDirectory,
+          options.hashUploads !== false,
+        );
         return sink;
       });
     } catch (error) {
@@ -468,7 +491,7 @@ export async function mountGenerationService(
       subfolder,
       type,
       size: sink.size,
-      sha256: sink.hash.digest('hex'),
+      sha256: sink.hash?.digest('hex') ?? '',
       contentType: image.contentType,
       fields,
       headers: ctx.req.headers,
