@@ -230,6 +230,17 @@ describe('graph-gen-await-job', () => {
     await until(() => second.state === 'in_progress', 'the second job to run');
     sandbox.jobs.cancel(second.id);
     assert.equal((await failed.next(2)).payload.status, 'cancelled');
+
+    // A job deleted while still queued gets no job event: the queue's status event prompts a check.
+    sandbox.events.options.autoRun = false;
+    const queued = sandbox.jobs.submit(workflow(), connection.clientId);
+    sandbox.events.options.autoRun = true;
+    node.receive({ prompt_id: queued.id });
+    await until(() => sandbox.counters.count(`/api/job/${queued.id}/status`) >= 1, 'the first status check');
+    const started = Date.now();
+    sandbox.jobs.cancel(queued.id);
+    assert.deepEqual((await failed.next(3)).payload, { prompt_id: queued.id, status: 'cancelled' });
+    assert.ok(Date.now() - started < 3000, 'within a sweep, not the one-minute quiet check');
   });
 
   it('times out (setting and msg.timeout), and cancels the job on the service when asked to', async () => {

@@ -81,6 +81,10 @@ export interface JobView {
   lastChange: number;
 }
 
+const SWEEP_SETTLE_MS = 300;
+const SWEEP_INTERVAL_MS = 2_000;
+const SWEEP_JOBS = 25;
+
 const TERMINAL_EVENTS: Record<string, JobEndStatus> = {
   execution_success: 'completed',
   execution_error: 'failed',
@@ -102,6 +106,7 @@ class TrackedJob implements JobView {
   firstCheckTimer?: NodeJS.Timeout;
   gap = false;
   checking = false;
+  lastChecked = 0;
   pollDelay: number;
   pollTimer?: NodeJS.Timeout;
   timeoutTimer?: NodeJS.Timeout;
@@ -131,6 +136,8 @@ export class JobTracker {
     JobTrackerOptions;
   private deregister?: () => void;
   private closed = false;
+  private sweepTimer?: NodeJS.Timeout;
+  private lastSweep = 0;
   queueRemaining?: number;
   connectionState: ConnectionState = 'idle';
 
@@ -194,6 +201,7 @@ export class JobTracker {
   /** Stops following every job (their promises resolve with undefined) and leaves the socket. */
   close(): void {
     this.closed = true;
+    clearTimeout(this.sweepTimer);
     for (const job of [...this.jobs]) this.release(job, false);
     this.deregister?.();
     this.deregister = undefined;
@@ -206,6 +214,7 @@ export class JobTracker {
       onQueueStatus: (queue, data) => {
         this.queueRemaining = queue;
         this.options.onQueueStatus?.(queue, data);
+        this.scheduleSweep();
         this.changed();
       },
       onNotification: this.options.onNotification,
@@ -353,6 +362,7 @@ export class JobTracker {
   private async check(job: TrackedJob): Promise<void> {
     if (job.checking || job.ending) return;
     job.checking = true;
+    job.lastChecked = Date.now();
     const answer = await this.ask(job);
     job.checking = false;
     if (job.ending || !this.jobs.has(job)) return;
@@ -375,6 +385,28 @@ export class JobTracker {
         if (!this.connection.sockets().isOpen) this.schedulePoll(job);
       });
     }, job.pollDelay);
+  }
+
+  /**
+   * The queue changed: a job still waiting in it may have been deleted, which sends no job event. Check the
+   * waiting jobs checked longest ago, a few at a time and at most every 2 s.
+   */
+  private scheduleSweep(): void {
+    if (this.sweepTimer || this.closed) return;
+    const waiting = [...this.jobs].filter(
+      (job) => job.phase === 'pending' && job.firstEventEpoch === undefined,
+    );
+    if (waiting.length === 0) return;
+    const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + SWEEP_INTERVAL_MS - Date.now());
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = undefined;
+      this.lastSweep = Date.now();
+      const oldest = [...this.jobs]
+        .filter((job) => job.phase === 'pending' && job.firstEventEpoch === undefined && !job.ending)
+        .sort((a, b) => a.lastChecked - b.lastChecked)
+        .slice(0, SWEEP_JOBS);
+      for (const job of oldest) void this.check(job);
+    }, wait);
   }
 
   /** A job silent for a long while with the socket up: its events may never come (another client's id). */

@@ -109,6 +109,7 @@ export function mountGenerationEvents(
   const sleepers = new Map<NodeJS.Timeout, () => void>();
   const waiting: SandboxJob[] = [];
   const hangs = new Map<string, () => void>();
+  const runningIds = new Set<string>();
   let runningCount = 0;
   let framesSent = 0;
   let dropAt: number | undefined;
@@ -302,8 +303,10 @@ export function mountGenerationEvents(
       const job = waiting.shift() as SandboxJob;
       if (job.state !== 'pending') continue;
       runningCount += 1;
+      runningIds.add(job.id);
       void runJob(job).finally(() => {
         runningCount -= 1;
+        runningIds.delete(job.id);
         hangs.delete(job.id);
         if (!closed) {
           queueStatus();
@@ -321,10 +324,10 @@ export function mountGenerationEvents(
   };
 
   const stopRunning = (job: SandboxJob) => {
-    const index = waiting.indexOf(job);
-    if (index >= 0) {
+    if (!runningIds.has(job.id)) {
       // A pending job leaves the queue quietly, as self-hosted servers do; only the count changes.
-      waiting.splice(index, 1);
+      const index = waiting.indexOf(job);
+      if (index >= 0) waiting.splice(index, 1);
       queueStatus();
       return;
     }
