@@ -6,6 +6,7 @@
 // client side), completion-event-to-output latency, heap per awaited job and sockets opened.
 //
 //   node bench/fanout.js [jobs]        (build first: npm run build)
+//   FANOUT_FIRST_CHECK_MS=0 node bench/fanout.js   (every job also checked over REST once, as queued jobs are)
 const { fork } = require('node:child_process');
 const { performance } = require('node:perf_hooks');
 const fs = require('node:fs');
@@ -180,7 +181,12 @@ async function runOurs(child, jobs) {
       if (event.type === 'execution_success') completionAt.set(promptId, performance.now());
       listener(event);
     });
-  const tracker = new JobTracker(connection, {});
+  // FANOUT_FIRST_CHECK_MS=0 forces the status check after subscribing for every job (as for queued jobs).
+  const firstCheck = process.env.FANOUT_FIRST_CHECK_MS;
+  const tracker = new JobTracker(
+    connection,
+    firstCheck === undefined ? {} : { firstCheckMs: Number(firstCheck) },
+  );
   if (!(await sockets.ready(5000))) throw new Error('the socket did not open');
   const { ids } = await child.call('submit', { jobs, clientId: connection.clientId });
   const latencies = [];
