@@ -146,7 +146,7 @@ export class GenerationRestClient {
       if (!info.isFile()) throw invalidInput(`The path to upload is not a regular file: ${file}`);
       if (info.size === 0) throw invalidInput(`The file to upload is empty: ${file}`);
       filename ||= path.basename(file);
-      form.append('image', createReadStream(file, { highWaterMark: 64 << 10 }), {
+      form.append('image', createReadStream(file, { highWaterMark: 256 << 10 }), {
         filename,
         knownLength: info.size,
       });
@@ -182,7 +182,7 @@ export class GenerationRestClient {
 
     // Measured before piping: form-data forgets its parts as they are sent.
     const headers = { ...form.getHeaders(), 'content-length': String(form.getLengthSync()) };
-    const body = new PassThrough({ highWaterMark: 64 << 10 });
+    const body = new PassThrough({ highWaterMark: 256 << 10 });
     form.on('error', (error: Error) => body.destroy(error));
     form.pipe(body);
     const { body: result } = await this.http.json<UploadResult>(
