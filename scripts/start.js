@@ -86,12 +86,13 @@ function buildFlows(examples) {
       if (node.type === 'tab') ids.set(node.id, tabId);
       else if (!isConfigNode(node)) ids.set(node.id, shortId(example.name, node.id));
     }
+    const tab = example.nodes.find((node) => node.type === 'tab');
     flows.push({
       id: tabId,
       type: 'tab',
-      label: example.name.replace(/^\d+-/, '').replace(/-/g, ' '),
+      label: tab?.label || example.name.replace(/^\d+-/, '').replace(/-/g, ' '),
       disabled: false,
-      info: '',
+      info: tab?.info || '',
     });
     for (const node of example.nodes) {
       if (node.type === 'tab') continue;

@@ -12,8 +12,9 @@ const PACKAGE = '@graph-gen/node-red';
 // examples' comments say): credentials are never part of an exported flow.
 const KEYS = { 'graph-gen-config': '${GRAPH_GEN_API_KEY}', 'automation-config': '${AUTOMATION_API_KEY}' };
 
+/** Imports an example as a user does; returns the id of the flow tab it arrived on, shown. */
 async function importExample(page, name) {
-  const workspaceBefore = await page.evaluate(() => RED.workspaces.active());
+  const tabsBefore = await page.evaluate(() => RED.nodes.getWorkspaceOrder());
   await page.click('#red-ui-header-button-sidemenu');
   await page.click('#menu-item-import');
   await page.click('#red-ui-tab-red-ui-clipboard-dialog-import-tab-examples a');
@@ -23,26 +24,31 @@ async function importExample(page, name) {
     await tree.locator('.red-ui-treeList-label', { hasText: PACKAGE }).click();
   }
   await entry.click();
-  await page.click('#red-ui-clipboard-dialog-import-opt-new');
+  // The dialog fetches the example's flow before it enables Import.
+  await page.locator('#red-ui-clipboard-dialog-ok:not([disabled])').waitFor();
   await page.click('#red-ui-clipboard-dialog-ok');
   await page.locator('#red-ui-clipboard-dialog-ok').waitFor({ state: 'hidden' });
   // The examples share one config node per service (same id), so from the second import on Node-RED says
   // some nodes already exist; "Import copy" keeps the existing config node, key and all.
-  const conflict = page.locator('.red-ui-notification', { hasText: 'already exist' });
   await page.waitForFunction(
     (before) =>
-      RED.workspaces.active() !== before ||
-      $('.red-ui-notification:visible:contains("already exist")').length,
-    workspaceBefore,
+      RED.nodes.getWorkspaceOrder().some((id) => !before.includes(id)) ||
+      $('.red-ui-notification:visible:contains("already exist")').length > 0,
+    tabsBefore,
   );
+  const conflict = page.locator('.red-ui-notification', { hasText: 'already exist' });
   if (await conflict.isVisible()) {
     await conflict.locator('button', { hasText: /import copy/i }).click();
-    await page.waitForFunction((before) => RED.workspaces.active() !== before, workspaceBefore);
   }
-  // Imported nodes follow the mouse until a click puts them down, as they do for a user.
-  const chart = await page.locator('#red-ui-workspace-chart').boundingBox();
-  await page.mouse.move(chart.x + 120, chart.y + 60, { steps: 4 });
-  await page.mouse.click(chart.x + 120, chart.y + 60);
+  const tab = await page.waitForFunction(
+    (before) => RED.nodes.getWorkspaceOrder().find((id) => !before.includes(id)),
+    tabsBefore,
+  );
+  const id = await tab.jsonValue();
+  // The example arrives on a tab of its own (which a user clicks once the import notices fade).
+  await page.evaluate((tabId) => RED.workspaces.show(tabId), id);
+  await page.waitForFunction((tabId) => RED.workspaces.active() === tabId, id);
+  return id;
 }
 
 describe('examples in a real browser', function () {
@@ -71,10 +77,9 @@ describe('examples in a real browser', function () {
   for (const example of examples) {
     it(`${example.name}: imports through Import > Examples and deploys without errors or warnings`, async () => {
       const flowNodes = example.nodes.filter((node) => node.x !== undefined);
-      const workspaceBefore = await page.evaluate(() => RED.workspaces.active());
-      await importExample(page, example.name);
-      const workspace = await page.evaluate(() => RED.workspaces.active());
-      assert.notStrictEqual(workspace, workspaceBefore, 'the example did not open on a new flow tab');
+      const title = example.nodes.find((node) => node.type === 'tab').label;
+      const workspace = await importExample(page, example.name);
+      assert.strictEqual(await page.evaluate((tab) => RED.nodes.workspace(tab).label, workspace), title);
       const imported = await page.evaluate((tab) => RED.nodes.filterNodes({ z: tab }).length, workspace);
       assert.strictEqual(imported, flowNodes.length, 'not every node of the example was imported');
 
@@ -121,6 +126,27 @@ describe('examples in a real browser', function () {
     assert.match(text, /graph-gen-output\/\S+\.png/);
     const errors = await page.locator('.red-ui-debug-msg-level-20, .red-ui-debug-msg-level-30').count();
     assert.strictEqual(errors, 0, 'the debug sidebar shows errors or warnings');
+    await page.evaluate(() => {
+      $('#red-ui-notifications').hide();
+      RED.actions.invoke('core:zoom-out');
+      RED.actions.invoke('core:zoom-out');
+      RED.actions.invoke('core:zoom-out');
+      $('#red-ui-workspace-chart').scrollLeft(0).scrollTop(0);
+    });
     await screenshot(page, 'text-to-image-run');
+    await page.evaluate(() => {
+      RED.actions.invoke('core:zoom-reset');
+      $('#red-ui-notifications').show();
+    });
+
+    // The submit dialog of the example: the workflow in the code editor and the ids msg.inputs can set.
+    const submit = await page.evaluate(
+      (tab) => RED.nodes.filterNodes({ type: 'graph-gen-submit', z: tab })[0].id,
+      await page.evaluate(() => RED.workspaces.active()),
+    );
+    await editor.openNodeDialog(page, submit);
+    assert.match(await page.locator('#graph-gen-submit-nodes').innerText(), /6\s*CLIPTextEncode: text/);
+    await screenshot(page, 'submit-dialog-text-to-image', page.locator('.red-ui-tray').last());
+    await editor.closeDialog(page, 'node-dialog-cancel');
   });
 });
