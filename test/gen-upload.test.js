@@ -144,4 +144,11 @@ describe('graph-gen-upload', () => {
     assert.match(failure.error.message, /uploading "x.png"/);
     assert.equal(uploads().length, 1);
   });
+
+  it('encodes quotes and line breaks in the file name as browsers do', async () => {
+    await load(flowWith({ type: 'graph-gen-upload' }, { baseUrl: sandbox.url }));
+    const msg = await outputOf('n', { payload: Buffer.from('x'), filename: 'a "b"\r\n.png' });
+    assert.equal(msg.filename, 'a %22b%22%0D%0A.png');
+    assert.equal(sandbox.generation.uploads[0].contentType, 'image/png');
+  });
 });

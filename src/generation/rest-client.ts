@@ -1,17 +1,16 @@
 /**
  * The generation service's REST calls (spec endpoints 1-9) on a config node's HttpClient: node definitions
- * (cached), uploads streamed with form-data, submit, downloads that follow the service's redirect to a signed
+ * (cached), uploads streamed as multipart, submit, downloads that follow the service's redirect to a signed
  * address WITHOUT the key, and queue control. No Node-RED inside.
  */
 import { stat } from 'node:fs/promises';
-import { createReadStream } from 'node:fs';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
-import FormData from 'form-data';
+import type { Readable } from 'node:stream';
 import type { HttpClient, RawResponse } from '../http/client';
 import { ServiceError, invalidInput, messageFromBody } from '../http/errors';
 import type { NodeTypeDefinition, Workflow } from './workflow';
 import { describeSubmitProblems } from './workflow';
+import { multipartBody, type FormPart } from './multipart-body';
 
 export interface FileReference {
   filename: string;
@@ -66,6 +65,18 @@ const MAX_FOREIGN_REDIRECTS = 3;
 function header(response: RawResponse, name: string): string | undefined {
   const value = response.headers[name];
   return Array.isArray(value) ? value[0] : value;
+}
+
+const IMAGE_TYPES: Record<string, string> = {
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.webp': 'image/webp',
+  '.gif': 'image/gif',
+};
+
+function imageType(filename: string): string {
+  return IMAGE_TYPES[path.extname(filename).toLowerCase()] ?? 'application/octet-stream';
 }
 
 /** The prompt id of a queue element, whatever its shape: `[number, id, ...]` or `{prompt_id}` / `{id}`. */
@@ -124,15 +135,15 @@ export class GenerationRestClient {
 
   /** POST /api/upload/image or /api/upload/mask, the file streamed. Bad input is refused before sending. */
   async upload(request: UploadRequest): Promise<UploadResult> {
-    const form = new FormData();
     const mask = request.mask === true || request.originalRef !== undefined;
     let filename = request.filename;
+    let image: FormPart;
     if (Buffer.isBuffer(request.source)) {
       if (request.source.length === 0)
         throw invalidInput('The file to upload is empty (msg.payload has no bytes)');
       if (!filename)
         throw invalidInput('msg.filename is needed to upload a Buffer: give the stored file name');
-      form.append('image', request.source, { filename, knownLength: request.source.length });
+      image = { name: 'image', filename, contentType: imageType(filename), content: request.source };
     } else if (typeof request.source === 'string' && request.source.trim() !== '') {
       const file = request.source;
       const info = await stat(file).catch((error: NodeJS.ErrnoException) => {
@@ -146,13 +157,11 @@ export class GenerationRestClient {
       if (!info.isFile()) throw invalidInput(`The path to upload is not a regular file: ${file}`);
       if (info.size === 0) throw invalidInput(`The file to upload is empty: ${file}`);
       filename ||= path.basename(file);
-      form.append('image', createReadStream(file, { highWaterMark: 256 << 10 }), {
-        filename,
-        knownLength: info.size,
-      });
+      image = { name: 'image', filename, contentType: imageType(filename), path: file, size: info.size };
     } else {
       throw invalidInput('msg.payload must be a Buffer (the file) or a string (a local file path) to upload');
     }
+    const parts: FormPart[] = [image];
     if (mask) {
       const original = request.originalRef as Partial<FileReference> | undefined;
       if (
@@ -165,26 +174,27 @@ export class GenerationRestClient {
           'msg.original_ref must name the image the mask belongs to: {filename, subfolder, type} with a filename',
         );
       }
-      form.append('type', 'input');
-      form.append('subfolder', 'clipspace');
-      form.append(
-        'original_ref',
-        JSON.stringify({
-          filename: original.filename,
-          subfolder: original.subfolder ?? '',
-          type: original.type ?? 'input',
-        }),
+      parts.push(
+        { name: 'type', value: 'input' },
+        { name: 'subfolder', value: 'clipspace' },
+        {
+          name: 'original_ref',
+          value: JSON.stringify({
+            filename: original.filename,
+            subfolder: original.subfolder ?? '',
+            type: original.type ?? 'input',
+          }),
+        },
       );
     } else {
-      form.append('type', request.type || 'input');
+      parts.push({ name: 'type', value: request.type || 'input' });
     }
-    form.append('overwrite', request.overwrite === false ? 'false' : 'true');
+    parts.push({ name: 'overwrite', value: request.overwrite === false ? 'false' : 'true' });
 
-    // Measured before piping: form-data forgets its parts as they are sent.
-    const headers = { ...form.getHeaders(), 'content-length': String(form.getLengthSync()) };
-    const body = new PassThrough({ highWaterMark: 256 << 10 });
-    form.on('error', (error: Error) => body.destroy(error));
-    form.pipe(body);
+    const form = multipartBody(parts);
+    const headers = { 'content-type': form.contentType, 'content-length': String(form.length) };
+    // undici writes an async iterable body straight to the socket (its types list only streams).
+    const body = form.body as unknown as Readable;
     const { body: result } = await this.http.json<UploadResult>(
       mask ? '/api/upload/mask' : '/api/upload/image',
       {
