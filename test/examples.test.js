@@ -1,0 +1,330 @@
+'use strict';
+// Every example flow under examples/ loads in Node-RED and does what its comment says, against the sandbox:
+// the flows exactly as shipped (config nodes reading ${GRAPH_GEN_URL} and friends from the environment, keys
+// as ${...} credentials, as the README tells a user to set them), with two test-only changes: debug nodes
+// become helper nodes so the test can see what a user would see in the debug sidebar, and file paths point
+// into a temporary directory.
+const assert = require('node:assert');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const helper = require('node-red-node-test-helper');
+const { startSandbox } = require('../dist/sandbox');
+const { readExamples, solidPng } = require('../scripts/start.js');
+
+const GENERATION_KEY = 'examples-generation-key-31';
+const AUTOMATION_KEY = 'examples-automation-key-47';
+const WORKFLOWS = 23;
+
+/** Node-RED's own nodes from the Node-RED under test (NODE_RED_PATH selects Node-RED 5 in CI). */
+function coreNode(relative) {
+  const base = process.env.NODE_RED_PATH ? path.dirname(process.env.NODE_RED_PATH) : __dirname;
+  return require(require.resolve(`@node-red/nodes/core/${relative}`, { paths: [base] }));
+}
+
+const NODES = [
+  require('../dist/nodes/graph-gen-config.js'),
+  require('../dist/nodes/graph-gen-upload.js'),
+  require('../dist/nodes/graph-gen-submit.js'),
+  require('../dist/nodes/graph-gen-await-job.js'),
+  require('../dist/nodes/graph-gen-download.js'),
+  require('../dist/nodes/graph-gen-queue.js'),
+  require('../dist/nodes/automation-config.js'),
+  require('../dist/nodes/automation-list-workflows.js'),
+  coreNode('common/20-inject.js'),
+  coreNode('common/90-comment.js'),
+  coreNode('function/10-switch.js'),
+  coreNode('function/15-change.js'),
+  coreNode('storage/10-file.js'),
+];
+
+const ENV = {
+  GRAPH_GEN_URL: undefined,
+  GRAPH_GEN_API_KEY: GENERATION_KEY,
+  AUTOMATION_URL: undefined,
+  AUTOMATION_API_KEY: AUTOMATION_KEY,
+};
+
+const examples = Object.fromEntries(readExamples().map((example) => [example.name, example.nodes]));
+
+/**
+ * An example ready for helper.load: debug nodes become helper nodes (same id), file nodes read and write
+ * under `dir`, and the config nodes get their keys the way a user sets them: `${VAR}` credentials.
+ */
+function prepare(name, dir) {
+  const credentials = {};
+  const nodes = examples[name].map((original) => {
+    const node = structuredClone(original);
+    if (node.type === 'debug') return { id: node.id, z: node.z, type: 'helper', name: node.name };
+    if (node.type === 'file in') node.filename = path.join(dir, node.filename);
+    if (node.type === 'change') {
+      for (const rule of node.rules) {
+        if (typeof rule.to === 'string')
+          rule.to = rule.to.replace("'graph-gen-output/'", JSON.stringify(`${dir}/`));
+      }
+    }
+    if (node.type === 'graph-gen-config') credentials[node.id] = { apiKey: '${GRAPH_GEN_API_KEY}' };
+    if (node.type === 'automation-config') credentials[node.id] = { apiKey: '${AUTOMATION_API_KEY}' };
+    return node;
+  });
+  return { nodes, credentials };
+}
+
+function byName(nodes, type, name) {
+  const node = nodes.find((candidate) => candidate.type === type && candidate.name === name);
+  assert.ok(node, `no ${type} "${name}" in the example`);
+  return helper.getNode(node.id);
+}
+
+/** Resolves with the next `count` messages a helper node receives (or fails after `ms`). */
+function messages(node, count = 1, ms = 8000) {
+  return new Promise((resolve, reject) => {
+    const got = [];
+    const timer = setTimeout(
+      () => reject(new Error(`"${node.name}" got ${got.length} of ${count} messages within ${ms} ms`)),
+      ms,
+    );
+    node.on('input', (msg) => {
+      got.push(msg);
+      if (got.length === count) {
+        clearTimeout(timer);
+        resolve(count === 1 ? got[0] : got);
+      }
+    });
+  });
+}
+
+/** Waits for `promise`; when it fails, says which node reported an error (what a user sees in the log). */
+async function orNodeErrors(promise) {
+  try {
+    return await promise;
+  } catch (error) {
+    const errors = helper
+      .log()
+      .args.map(([entry]) => entry)
+      .filter((entry) => entry && entry.level === 20)
+      .map((entry) => `${entry.type}: ${entry.msg && entry.msg.message ? entry.msg.message : entry.msg}`);
+    error.message += errors.length ? `; node errors: ${errors.join(' | ')}` : '';
+    throw error;
+  }
+}
+
+function silent(node) {
+  const seen = [];
+  node.on('input', (msg) => seen.push(msg));
+  return seen;
+}
+
+describe('examples: every example flow runs against the sandbox', function () {
+  let sandbox;
+  let dir;
+  const saved = {};
+
+  before(async () => {
+    sandbox = await startSandbox({
+      generationApiKey: GENERATION_KEY,
+      automation: { apiKey: AUTOMATION_KEY, workflows: WORKFLOWS },
+    });
+    ENV.GRAPH_GEN_URL = sandbox.url;
+    ENV.AUTOMATION_URL = sandbox.url;
+    for (const [name, value] of Object.entries(ENV)) {
+      saved[name] = process.env[name];
+      process.env[name] = value;
+    }
+    await helper.startServer();
+  });
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'graph-gen-examples-'));
+    fs.writeFileSync(path.join(dir, 'input.png'), solidPng(8, 8, [200, 80, 40, 255]));
+    fs.writeFileSync(path.join(dir, 'mask.png'), solidPng(8, 8, [255, 255, 255, 255]));
+    sandbox.events.options.autoRun = true;
+  });
+
+  afterEach(async () => {
+    await helper.unload();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  after(async () => {
+    await helper.stopServer();
+    await sandbox.close();
+    for (const [name, value] of Object.entries(saved)) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  });
+
+  it('ships the seven examples, each with a comment node that says what to configure', () => {
+    assert.deepStrictEqual(Object.keys(examples), [
+      '01-text-to-image',
+      '02-image-to-image',
+      '03-inpainting',
+      '04-live-progress-and-previews',
+      '05-queue-control',
+      '06-scheduled-workflow-summary',
+      '07-manual-paging',
+    ]);
+    const used = new Set();
+    for (const [name, nodes] of Object.entries(examples)) {
+      const comment = nodes.find((node) => node.type === 'comment');
+      assert.ok(
+        comment && comment.name && comment.info.length > 80,
+        `${name} has no comment node that explains it`,
+      );
+      const configs = nodes.filter((node) => node.type.endsWith('-config'));
+      assert.ok(configs.length > 0, `${name} uses no service`);
+      assert.match(
+        comment.info,
+        /API key|`\$\{(GRAPH_GEN|AUTOMATION)_API_KEY\}`/,
+        `${name} does not say how to set the key`,
+      );
+      for (const config of configs) {
+        assert.ok(!('credentials' in config), `${name} carries credentials`);
+        assert.match(JSON.stringify(config), /\$\{(GRAPH_GEN|AUTOMATION)_URL\}/);
+      }
+      nodes.forEach((node) => used.add(node.type));
+    }
+    for (const type of Object.keys(require('../package.json')['node-red'].nodes)) {
+      assert.ok(used.has(type), `no example uses ${type}`);
+    }
+  });
+
+  it('01-text-to-image: inject -> submit -> await -> download -> file writes the image', async () => {
+    const { nodes, credentials } = prepare('01-text-to-image', dir);
+    await helper.load(NODES, nodes, credentials);
+    const savedFile = messages(byName(nodes, 'helper', 'saved file'));
+    const failures = silent(byName(nodes, 'helper', 'did not complete'));
+    byName(nodes, 'inject', 'generate').receive({});
+    const msg = await orNodeErrors(savedFile);
+    assert.strictEqual(msg.topic, 'text to image');
+    assert.ok(msg.filename.startsWith(`${dir}/`), msg.filename);
+    const written = fs.readFileSync(msg.filename);
+    assert.deepStrictEqual(
+      written.subarray(1, 4).toString(),
+      'PNG',
+      'the saved file is not the PNG the service made',
+    );
+    assert.deepStrictEqual(failures, []);
+    // The prompt text came from msg.inputs, on a copy of the node's workflow.
+    const job = [...sandbox.jobs.jobs.values()].at(-1);
+    assert.strictEqual(job.prompt['6'].inputs.text, 'a lighthouse on a cliff at dawn, oil painting');
+    assert.strictEqual(job.prompt['9'].class_type, 'SaveImage');
+  });
+
+  it('02-image-to-image: reads a file, uploads it, points LoadImage at it through msg.inputs, downloads', async () => {
+    const { nodes, credentials } = prepare('02-image-to-image', dir);
+    await helper.load(NODES, nodes, credentials);
+    const result = messages(byName(nodes, 'helper', 'result'));
+    byName(nodes, 'inject', 'start').receive({});
+    const msg = await orNodeErrors(result);
+    assert.ok(Buffer.isBuffer(msg.payload) && msg.payload.length > 0);
+    assert.ok(msg.filename);
+    const job = [...sandbox.jobs.jobs.values()].at(-1);
+    assert.strictEqual(job.prompt['10'].inputs.image, 'input.png');
+    assert.ok(sandbox.counters.count('/api/upload/image', 'POST') >= 1);
+  });
+
+  it('03-inpainting: uploads the image, then the mask with original_ref, and repaints', async () => {
+    const { nodes, credentials } = prepare('03-inpainting', dir);
+    await helper.load(NODES, nodes, credentials);
+    const masks = sandbox.counters.count('/api/upload/mask', 'POST');
+    const result = messages(byName(nodes, 'helper', 'result'));
+    const failures = silent(byName(nodes, 'helper', 'did not complete'));
+    byName(nodes, 'inject', 'start').receive({});
+    const msg = await orNodeErrors(result);
+    assert.ok(Buffer.isBuffer(msg.payload));
+    assert.deepStrictEqual(failures, []);
+    assert.strictEqual(sandbox.counters.count('/api/upload/mask', 'POST'), masks + 1);
+    const job = [...sandbox.jobs.jobs.values()].at(-1);
+    assert.strictEqual(job.prompt['10'].inputs.image, 'clipspace/mask.png [input]');
+    assert.strictEqual(job.prompt['11'].class_type, 'VAEEncodeForInpaint');
+  });
+
+  it('04-live-progress-and-previews: progress, previews and the result arrive on their wires', async () => {
+    const { nodes, credentials } = prepare('04-live-progress-and-previews', dir);
+    await helper.load(NODES, nodes, credentials);
+    const completed = messages(byName(nodes, 'helper', 'completed'));
+    const previews = silent(byName(nodes, 'helper', 'preview image'));
+    const steps = silent(byName(nodes, 'helper', 'step'));
+    const others = silent(byName(nodes, 'helper', 'other events'));
+    byName(nodes, 'inject', 'generate').receive({});
+    const msg = await orNodeErrors(completed);
+    assert.strictEqual(msg.payload.status, 'completed');
+    assert.ok(msg.payload.files.length > 0);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.ok(steps.length > 0, 'no progress step reached the step debug node');
+    assert.ok(
+      steps.every((step) => step.topic === 'progress' && Number.isInteger(step.payload.max)),
+      'a non-progress event went to the step debug node',
+    );
+    assert.ok(previews.length > 0, 'no preview reached the preview debug node');
+    assert.ok(
+      previews.every(
+        (preview) => Buffer.isBuffer(preview.payload) && /^(jpeg|png)$/.test(preview.image_type),
+      ),
+    );
+    const topics = new Set(others.map((other) => other.topic));
+    assert.ok(topics.has('executing') && topics.has('executed'), [...topics].join(', '));
+  });
+
+  it('05-queue-control: lists the queue, cancels a submitted job by its id, interrupts', async () => {
+    const { nodes, credentials } = prepare('05-queue-control', dir);
+    await helper.load(NODES, nodes, credentials);
+    const listed = messages(byName(nodes, 'helper', 'queue'));
+    byName(nodes, 'inject', 'list').receive({});
+    const list = await orNodeErrors(listed);
+    assert.ok(Array.isArray(list.payload.queue_running) && Array.isArray(list.payload.queue_pending));
+    assert.ok(Array.isArray(list.running) && Array.isArray(list.pending));
+
+    sandbox.events.options.autoRun = false; // keep the job waiting so there is something to cancel
+    const cancelled = messages(byName(nodes, 'helper', 'cancelled'));
+    byName(nodes, 'inject', 'submit, then cancel it').receive({});
+    const cancel = await orNodeErrors(cancelled);
+    assert.strictEqual(typeof cancel.prompt_id, 'string');
+    assert.strictEqual(sandbox.jobs.jobs.get(cancel.prompt_id).state, 'cancelled');
+
+    const interrupted = messages(byName(nodes, 'helper', 'interrupted'));
+    const before = sandbox.counters.count('/api/interrupt', 'POST');
+    byName(nodes, 'inject', 'interrupt').receive({});
+    await interrupted;
+    assert.strictEqual(sandbox.counters.count('/api/interrupt', 'POST'), before + 1);
+  });
+
+  it('06-scheduled-workflow-summary: runs on a weekday cron and summarises every active workflow', async () => {
+    const { nodes, credentials } = prepare('06-scheduled-workflow-summary', dir);
+    const cron = nodes.find((node) => node.type === 'inject');
+    assert.strictEqual(cron.crontab, '00 08 * * 1,2,3,4,5');
+    await helper.load(NODES, nodes, credentials);
+    const summary = messages(byName(nodes, 'helper', 'summary'));
+    byName(nodes, 'inject', 'weekdays 08:00').receive({});
+    const msg = await orNodeErrors(summary);
+    const response = await fetch(`${sandbox.url}/api/v1/workflows?active=true&limit=250`, {
+      headers: { 'X-AUTOMATION-API-KEY': AUTOMATION_KEY },
+    });
+    const active = (await response.json()).data.length;
+    assert.ok(active > 0 && active < WORKFLOWS);
+    assert.strictEqual(msg.payload.active, active);
+    assert.strictEqual(msg.payload.names.length, active);
+    const requests = sandbox.counters.matching(/\/workflows$/).slice(-1)[0];
+    assert.strictEqual(requests.query.get('active'), 'true');
+  });
+
+  it('07-manual-paging: loops page mode on msg.nextCursor, one message per page, and stops', async () => {
+    const { nodes, credentials } = prepare('07-manual-paging', dir);
+    await helper.load(NODES, nodes, credentials);
+    const pages = messages(byName(nodes, 'helper', 'page'), 3);
+    byName(nodes, 'inject', 'first page').receive({});
+    const got = await orNodeErrors(pages);
+    assert.deepStrictEqual(
+      got.map((page) => page.payload.length),
+      [10, 10, WORKFLOWS - 20],
+    );
+    assert.strictEqual(got[2].nextCursor, undefined);
+    const ids = got.flatMap((page) => page.payload.map((workflow) => workflow.id));
+    assert.strictEqual(new Set(ids).size, WORKFLOWS);
+    const more = silent(byName(nodes, 'helper', 'page'));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.deepStrictEqual(more, [], 'the loop did not stop after the last page');
+  });
+});
