@@ -157,6 +157,41 @@ export function defaultNodeDefinitions(): Record<string, NodeDefinition> {
     ),
     VAEDecode: definition('VAEDecode', 'latent', { samples: ['LATENT'], vae: ['VAE'] }, ['IMAGE']),
     VAEEncode: definition('VAEEncode', 'latent', { pixels: ['IMAGE'], vae: ['VAE'] }, ['LATENT']),
+    VAEEncodeForInpaint: definition(
+      'VAEEncodeForInpaint',
+      'latent/inpaint',
+      {
+        pixels: ['IMAGE'],
+        vae: ['VAE'],
+        mask: ['MASK'],
+        grow_mask_by: ['INT', { default: 6, min: 0, max: 64 }],
+      },
+      ['LATENT'],
+    ),
+    ImageScale: definition(
+      'ImageScale',
+      'image/upscaling',
+      {
+        image: ['IMAGE'],
+        upscale_method: [['nearest-exact', 'bilinear', 'area', 'bicubic', 'lanczos']],
+        width: ['INT', { default: 512, min: 0, max: 16384 }],
+        height: ['INT', { default: 512, min: 0, max: 16384 }],
+        crop: [['disabled', 'center']],
+      },
+      ['IMAGE'],
+    ),
+    LoraLoader: definition(
+      'LoraLoader',
+      'loaders',
+      {
+        model: ['MODEL'],
+        clip: ['CLIP'],
+        lora_name: [['detail.safetensors']],
+        strength_model: ['FLOAT', { default: 1.0 }],
+        strength_clip: ['FLOAT', { default: 1.0 }],
+      },
+      ['MODEL', 'CLIP'],
+    ),
     SaveImage: definition(
       'SaveImage',
       'image',
