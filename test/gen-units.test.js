@@ -1,0 +1,136 @@
+'use strict';
+// The pure pieces under the generation REST nodes, table-driven.
+const assert = require('node:assert/strict');
+const crypto = require('node:crypto');
+const { Readable } = require('node:stream');
+const { readMultipart } = require('../dist/sandbox/multipart');
+const { multipartBody } = require('../dist/generation/multipart-body');
+const { describeSubmitProblems, applyOverrides, validateWorkflow } = require('../dist/generation/workflow');
+const { referencesOf, targetPath } = require('../dist/generation/downloads');
+const { promptIdOfQueueElement } = require('../dist/generation/rest-client');
+
+describe('generation REST pieces', () => {
+  describe('multipart body and the sandbox reader', () => {
+    const content = crypto.randomBytes(100_000);
+    async function roundTrip(chunkSize) {
+      const form = multipartBody([
+        { name: 'image', filename: 'a.png', contentType: 'image/png', content },
+        { name: 'type', value: 'input' },
+        { name: 'original_ref', value: '{"filename":"x.png"}' },
+      ]);
+      const chunks = [];
+      for await (const chunk of form.body) chunks.push(chunk);
+      const whole = Buffer.concat(chunks);
+      assert.equal(whole.length, form.length, 'the announced length is exact');
+      const pieces = [];
+      for (let at = 0; at < whole.length; at += chunkSize) pieces.push(whole.subarray(at, at + chunkSize));
+      const received = [];
+      const boundary = /boundary=(.+)$/.exec(form.contentType)[1];
+      const result = await readMultipart(Readable.from(pieces), boundary, () => ({
+        write: (chunk) => received.push(Buffer.from(chunk)),
+        end: () => undefined,
+      }));
+      return { result, received: Buffer.concat(received) };
+    }
+    for (const chunkSize of [1, 7, 70, 65536, 1 << 20]) {
+      it(`survives a body split into ${chunkSize}-byte chunks`, async () => {
+        const { result, received } = await roundTrip(chunkSize);
+        assert.ok(received.equals(content));
+        assert.deepEqual(result.fields, { type: 'input', original_ref: '{"filename":"x.png"}' });
+        assert.deepEqual(result.files, [
+          { field: 'image', filename: 'a.png', contentType: 'image/png', size: content.length },
+        ]);
+      });
+    }
+    it('refuses a body cut before its closing boundary', async () => {
+      const form = multipartBody([{ name: 'type', value: 'input' }]);
+      const chunks = [];
+      for await (const chunk of form.body) chunks.push(chunk);
+      const cut = Buffer.concat(chunks).subarray(0, 40);
+      const boundary = /boundary=(.+)$/.exec(form.contentType)[1];
+      await assert.rejects(
+        readMultipart(Readable.from([cut]), boundary, () => undefined),
+        /ended before/,
+      );
+    });
+  });
+
+  describe('submit answers', () => {
+    const cases = [
+      [{ prompt_id: 'p', number: 1, node_errors: {} }, undefined],
+      [{ prompt_id: 'p', error: null, node_errors: {} }, undefined],
+      [{ error: 'Workflow contains banned node' }, 'Workflow contains banned node'],
+      [
+        {
+          error: {
+            type: 'prompt_outputs_failed_validation',
+            message: 'Prompt outputs failed validation',
+            details: '',
+          },
+          node_errors: {
+            3: {
+              errors: [
+                {
+                  type: 'value_not_in_list',
+                  message: 'Value not in list',
+                  details: 'sampler_name: bogus',
+                  extra_info: { input_name: 'sampler_name' },
+                },
+              ],
+              class_type: 'KSampler',
+            },
+          },
+        },
+        'Prompt outputs failed validation (node "3" (KSampler): Value not in list "sampler_name")',
+      ],
+      [
+        { node_errors: { 7: { errors: [], class_type: 'X' } } },
+        'the service refused the workflow (node "7" (X): invalid)',
+      ],
+    ];
+    for (const [body, expected] of cases) {
+      it(`describes ${JSON.stringify(body).slice(0, 60)}`, () => {
+        assert.equal(describeSubmitProblems(body), expected);
+      });
+    }
+  });
+
+  it('applies overrides on a deep copy, values included', () => {
+    const template = validateWorkflow({ 1: { class_type: 'A', inputs: { list: [1, 2], text: 'a' } } });
+    const copy = applyOverrides(template, { 1: { text: 'b', extra: { deep: [1] } } });
+    copy[1].inputs.list.push(3);
+    assert.deepEqual(template[1].inputs, { list: [1, 2], text: 'a' });
+    assert.equal(copy[1].inputs.text, 'b');
+    assert.throws(() => applyOverrides(template, 'x'), /msg.inputs must be an object/);
+    assert.throws(() => applyOverrides(template, { 1: 5 }), /msg.inputs\["1"\] must be an object/);
+  });
+
+  it('reads file references from one, an array, or an await-job result', () => {
+    const ref = { filename: 'a.png', subfolder: 's', type: 'output' };
+    assert.deepEqual(referencesOf(ref), [ref]);
+    assert.deepEqual(referencesOf([ref, { filename: 'b.png' }]), [
+      ref,
+      { filename: 'b.png', subfolder: '', type: 'output' },
+    ]);
+    assert.deepEqual(referencesOf({ files: [ref], outputs: {} }), [ref]);
+    assert.throws(() => referencesOf(42), /must be a file reference/);
+  });
+
+  it('keeps saved files inside their directory', () => {
+    assert.equal(targetPath('/tmp/out', 'a.png'), '/tmp/out/a.png');
+    for (const name of ['', '.', '..', '../a', 'a/b', 'a\\b', '/etc/x', 'a\u0000b', 'a\nb']) {
+      assert.throws(
+        () => targetPath('/tmp/out', name),
+        /would leave the download directory/,
+        JSON.stringify(name),
+      );
+    }
+  });
+
+  it('reads prompt ids from either queue element shape', () => {
+    assert.equal(promptIdOfQueueElement([3, 'abc', {}, {}, []]), 'abc');
+    assert.equal(promptIdOfQueueElement({ prompt_id: 'def' }), 'def');
+    assert.equal(promptIdOfQueueElement({ id: 'ghi' }), 'ghi');
+    assert.equal(promptIdOfQueueElement('x'), undefined);
+  });
+});
