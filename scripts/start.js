@@ -247,9 +247,13 @@ function startSandboxProcess({ generationKey, automationKey, workflows = 42, por
     '--workflows',
     String(workflows),
   ];
-  if (generationKey) args.push('--generation-key', generationKey);
-  if (automationKey) args.push('--automation-key', automationKey);
-  const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  // Keys through the environment, not the command line: `ps` shows every process's arguments.
+  const env = {
+    ...process.env,
+    SANDBOX_GENERATION_KEY: generationKey || '',
+    SANDBOX_AUTOMATION_KEY: automationKey || '',
+  };
+  const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   return new Promise((resolve, reject) => {
     let output = '';
     const onData = (data) => {
