@@ -8,7 +8,12 @@ const uploadNode = require('../dist/nodes/graph-gen-upload.js');
 const submitNode = require('../dist/nodes/graph-gen-submit.js');
 const downloadNode = require('../dist/nodes/graph-gen-download.js');
 const queueNode = require('../dist/nodes/graph-gen-queue.js');
-const catchNode = require(require.resolve('@node-red/nodes/core/common/25-catch.js'));
+// The Catch node of the Node-RED under test (NODE_RED_PATH selects another install, e.g. Node-RED 5 in CI).
+const catchNode = require(
+  require.resolve('@node-red/nodes/core/common/25-catch.js', {
+    paths: [process.env.NODE_RED_PATH ? require('node:path').dirname(process.env.NODE_RED_PATH) : __dirname],
+  }),
+);
 const ALL_NODES = [configNode, uploadNode, submitNode, downloadNode, queueNode, catchNode];
 
 const API_KEY = 'sk-test-4f1d2c3b-secret';
