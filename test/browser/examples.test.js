@@ -130,13 +130,15 @@ describe('examples in a real browser', function () {
       $('#red-ui-notifications').hide();
       RED.actions.invoke('core:zoom-out');
       RED.actions.invoke('core:zoom-out');
-      RED.actions.invoke('core:zoom-out');
+      // For the picture only: our palette category alone beside the flow.
+      $('.red-ui-palette-category').not('#red-ui-palette-container-graph_gen').hide();
       $('#red-ui-workspace-chart').scrollLeft(0).scrollTop(0);
     });
-    await screenshot(page, 'text-to-image-run');
+    await page.waitForTimeout(300);
+    await screenshot(page, 'text-to-image-run', undefined, { x: 0, y: 0, width: 1400, height: 440 });
     await page.evaluate(() => {
       RED.actions.invoke('core:zoom-reset');
-      $('#red-ui-notifications').show();
+      $('.red-ui-palette-category').show();
     });
 
     // The submit dialog of the example: the workflow in the code editor and the ids msg.inputs can set.
@@ -148,5 +150,6 @@ describe('examples in a real browser', function () {
     assert.match(await page.locator('#graph-gen-submit-nodes').innerText(), /6\s*CLIPTextEncode: text/);
     await screenshot(page, 'submit-dialog-text-to-image', page.locator('.red-ui-tray').last());
     await editor.closeDialog(page, 'node-dialog-cancel');
+    await page.evaluate(() => $('#red-ui-notifications').show());
   });
 });

@@ -116,10 +116,10 @@ async function openEditor(context) {
   return { page, problems };
 }
 
-async function screenshot(page, name, locator) {
+async function screenshot(page, name, locator, clip) {
   fs.mkdirSync(SCREENSHOTS, { recursive: true });
   const file = path.join(SCREENSHOTS, `${name}.png`);
-  await (locator ?? page).screenshot({ path: file });
+  await (locator ?? page).screenshot({ path: file, ...(clip ? { clip } : {}) });
   return file;
 }
 
