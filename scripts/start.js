@@ -341,6 +341,15 @@ async function stopProcesses(children, graceMs = 5000) {
   );
 }
 
+function portFree(port) {
+  const net = require('node:net');
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+  });
+}
+
 /** Which services the examples talk to: the environment's, or the sandbox's for any that is not set. */
 function servicesFromEnvironment(env = process.env) {
   return {
@@ -364,6 +373,10 @@ async function main() {
   const port = Number(process.env.PORT || 1880);
   const userDir = process.env.NODE_RED_USER_DIR || path.join(root, '.node-red-user');
   ensureBuilt();
+  // Another Node-RED on the port would answer our readiness check and hide the failure of ours.
+  if (!(await portFree(port))) {
+    throw new Error(`port ${port} is in use (another Node-RED?): stop it, or run PORT=${port + 1} npm start`);
+  }
   const services = servicesFromEnvironment();
   const children = [];
   let stopping = false;
