@@ -59,6 +59,15 @@ describe('editor: every node type in a real browser', function () {
     assert.deepStrictEqual(problems.splice(0), [], 'the editor page threw');
   });
 
+  it('runs in the Node-RED under test (Node-RED 5 when NODE_RED_5_HOME is set)', async () => {
+    const settings = await page.evaluate(() => fetch('settings').then((response) => response.json()));
+    const home = process.env.NODE_RED_DIR || process.env.NODE_RED_5_HOME;
+    const expected = home
+      ? require(require.resolve('node-red/package.json', { paths: [home] })).version
+      : require('node-red/package.json').version;
+    assert.strictEqual(settings.version.replace(/-git$/, ''), expected.replace(/-git$/, ''));
+  });
+
   for (const [type, spec] of Object.entries(CONFIG_NODES)) {
     it(`${type}: the dialog opens, translates its labels, refuses a bad ${spec.field}, saves`, async () => {
       assert.ok(await editor.typeRegistered(page, type), `${type} is not registered in the editor`);
