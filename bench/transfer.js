@@ -106,11 +106,21 @@ async function child(side, baseUrl, apiKey, file, directory, warmFile) {
   ]) {
     const startRss = process.memoryUsage.rss();
     const sampler = rssSampler();
+    const cpuBefore = process.cpuUsage();
     const started = process.hrtime.bigint();
     await run();
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    const cpu = process.cpuUsage(cpuBefore);
+    const cpuSeconds = (cpu.user + cpu.system) / 1e6;
     const peak = sampler.peak();
-    results[name] = { seconds, startRss, peakRss: peak, riseRss: peak - startRss, coldRise: peak - coldRss };
+    results[name] = {
+      seconds,
+      cpuSeconds,
+      startRss,
+      peakRss: peak,
+      riseRss: peak - startRss,
+      coldRise: peak - coldRss,
+    };
   }
   await close();
   process.stdout.write(JSON.stringify(results));
@@ -201,6 +211,8 @@ async function main() {
       'ours s': ours.toFixed(2),
       'baseline s': base.toFixed(2),
       ratio: (ours / base).toFixed(2),
+      'ours CPU s': best('ours', name, 'cpuSeconds').toFixed(2),
+      'baseline CPU s': best('baseline', name, 'cpuSeconds').toFixed(2),
       'ours MiB/s': (sizeMiB / ours).toFixed(0),
       'baseline MiB/s': (sizeMiB / base).toFixed(0),
       'ours RSS rise MiB': (worst('ours', name, 'riseRss') / MiB).toFixed(1),

@@ -5,7 +5,7 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { HttpClient, RawResponse } from '../http/client';
 import { ServiceError, invalidInput, messageFromBody } from '../http/errors';
 import type { NodeTypeDefinition, Workflow } from './workflow';
@@ -193,8 +193,9 @@ export class GenerationRestClient {
 
     const form = multipartBody(parts);
     const headers = { 'content-type': form.contentType, 'content-length': String(form.length) };
-    // undici writes an async iterable body straight to the socket (its types list only streams).
-    const body = form.body as unknown as Readable;
+    // As a stream the file is read ahead (a few chunks) while the socket sends: an iterable body would
+    // wait for each read in turn.
+    const body = Readable.from(form.body);
     const { body: result } = await this.http.json<UploadResult>(
       mask ? '/api/upload/mask' : '/api/upload/image',
       {
