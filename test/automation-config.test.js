@@ -150,6 +150,23 @@ describe('automation-config', () => {
       }
     });
 
+    it('reads ${VAR} references in the settings and the key from the environment, as a deploy does', async () => {
+      process.env.TEST_AUTOMATION_PORT = String(sandbox.server.port);
+      process.env.TEST_AUTOMATION_KEY = KEY;
+      try {
+        const { body } = await test({
+          ...settings(),
+          port: '${TEST_AUTOMATION_PORT}',
+          apiKey: '${TEST_AUTOMATION_KEY}',
+        });
+        assert.equal(body.ok, true, body.message);
+        assert.equal(listRequests(sandbox)[0].headers['x-automation-api-key'], KEY);
+      } finally {
+        delete process.env.TEST_AUTOMATION_PORT;
+        delete process.env.TEST_AUTOMATION_KEY;
+      }
+    });
+
     it('says when the service cannot be reached, or the settings make no address', async () => {
       const unreachable = await test({ ...settings(), port: '1', apiKey: KEY });
       assert.equal(unreachable.body.ok, false);

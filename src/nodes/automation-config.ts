@@ -8,7 +8,7 @@ import type { Request, Response } from 'express';
 import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '../automation/client';
 import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
-import { asServiceError } from './node-helpers';
+import { asServiceError, substituteEnvVars, substituteEnvVarsIn } from './node-helpers';
 
 interface AutomationConfigDef extends NodeDef {
   deployment?: string;
@@ -158,7 +158,7 @@ export = function (RED: NodeAPI) {
         apiKey = stored?.apiKey;
       }
       if (apiKey === UNCHANGED_PASSWORD) apiKey = undefined;
-      testConnection(clientSettings(body, apiKey)).then(
+      testConnection(clientSettings(substituteEnvVarsIn(body), substituteEnvVars(apiKey))).then(
         (answer) => res.json(answer),
         (error: unknown) => res.json({ ok: false, message: asServiceError(error).message }),
       );

@@ -50,3 +50,23 @@ export function fail(node: Node, done: (error?: Error) => void, error: unknown):
   node.status(statusFailed(serviceError.code.replace(/_/g, ' ')));
   done(serviceError);
 }
+
+/**
+ * Replaces `${VAR}` references with the environment's values, as Node-RED does for node properties and
+ * credentials at deploy time. Admin endpoints (test connection) get the dialog's raw values and need this.
+ */
+export function substituteEnvVars(value: string): string;
+export function substituteEnvVars(value: string | undefined): string | undefined;
+export function substituteEnvVars(value: string | undefined): string | undefined {
+  return value?.replace(/\$\{([^}]+)\}/g, (_match, name: string) => process.env[name.trim()] ?? '');
+}
+
+/** Every string field of a dialog's settings with `${VAR}` references replaced. */
+export function substituteEnvVarsIn<T extends object>(settings: T): T {
+  return Object.fromEntries(
+    Object.entries(settings).map(([key, value]) => [
+      key,
+      typeof value === 'string' ? substituteEnvVars(value) : value,
+    ]),
+  ) as T;
+}

@@ -61,7 +61,9 @@ export interface SeenRequest {
 }
 
 export class Counters {
+  /** Requests seen, newest last; only the latest `keep` are kept, so a long `npm start` stays small. */
   requests: SeenRequest[] = [];
+  keep = 50_000;
   socketsOpened = 0;
   socketsOpen = 0;
   /** Upgrade requests seen on the WebSocket path, refused ones included. */
@@ -78,6 +80,11 @@ export class Counters {
         (!method || seen.method === method.toUpperCase()) &&
         (typeof path === 'string' ? seen.path === path : path.test(seen.path)),
     );
+  }
+
+  record(seen: SeenRequest): void {
+    this.requests.push(seen);
+    if (this.requests.length > this.keep * 1.1) this.requests.splice(0, this.requests.length - this.keep);
   }
 
   reset(): void {
@@ -178,7 +185,7 @@ export class SandboxServer {
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://127.0.0.1');
     const method = req.method ?? 'GET';
-    this.counters.requests.push(this.seen(req, url));
+    this.counters.record(this.seen(req, url));
     try {
       const fault = this.faults.take(method, url.pathname);
       if (fault?.delayMs) await new Promise((resolve) => setTimeout(resolve, fault.delayMs));

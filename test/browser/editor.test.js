@@ -32,7 +32,7 @@ const FLOW_NODES = {
     bad: '{"3": {"inputs": ',
     good: '{"3":{"class_type":"SaveImage","inputs":{"filename_prefix":"x"}}}',
   },
-  'graph-gen-await-job': { config: 'graph-gen-config', field: 'timeout', bad: 'soon', good: '120' },
+  'graph-gen-await-job': { config: 'graph-gen-config', field: 'timeout', bad: '-5', good: '120' },
   'graph-gen-download': { config: 'graph-gen-config', field: 'name', good: 'fetch files' },
   'graph-gen-queue': { config: 'graph-gen-config', field: 'name', good: 'the queue' },
   'automation-list-workflows': { config: 'automation-config', field: 'limit', bad: '0', good: '250' },
