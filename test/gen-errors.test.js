@@ -4,7 +4,16 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, PARTNER_KEY, textToImage, flowWith, load, failureOf, textOf } = require('./gen-helpers');
+const {
+  API_KEY,
+  PARTNER_KEY,
+  textToImage,
+  flowWith,
+  load,
+  failureOf,
+  outputOf,
+  textOf,
+} = require('./gen-helpers');
 
 describe('generation REST errors', () => {
   let sandbox;
@@ -100,6 +109,45 @@ describe('generation REST errors', () => {
       assert.equal(failure.error.code, 'invalid_input', type);
       assert.match(failure.error.message, /no graph-gen-config is chosen/);
       await helper.unload();
+    }
+  });
+
+  describe('a request whose connection was refused (nothing sent) is retried, POSTs included', () => {
+    let late;
+    afterEach(async () => late?.close());
+
+    /** A free port nobody listens on yet; the sandbox starts there shortly after the request. */
+    async function freePort() {
+      const server = require('node:net').createServer().listen(0, '127.0.0.1');
+      await new Promise((resolve) => server.once('listening', resolve));
+      const { port } = server.address();
+      await new Promise((resolve) => server.close(resolve));
+      return port;
+    }
+
+    for (const [type, msg, path] of [
+      [
+        'graph-gen-upload',
+        () => ({ payload: require('node:crypto').randomBytes(200_000), filename: 'late.png' }),
+        '/api/upload/image',
+      ],
+      ['graph-gen-submit', () => ({ payload: textToImage() }), '/api/prompt'],
+    ]) {
+      it(`${type}: succeeds once the service is up, sent exactly once`, async () => {
+        const port = await freePort();
+        await load(flowWith({ type }, { baseUrl: `http://127.0.0.1:${port}` }));
+        const out = outputOf('n', msg(), 8000);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        late = await startSandbox({ port, generationApiKey: API_KEY, events: { autoRun: false } });
+        const result = await out;
+        assert.equal(late.counters.count(path, 'POST'), 1);
+        if (type === 'graph-gen-upload') {
+          assert.equal(late.generation.uploads[0].size, 200_000);
+          assert.equal(result.filename, 'late.png');
+        } else {
+          assert.equal(result.prompt_id, [...late.jobs.jobs.keys()][0]);
+        }
+      });
     }
   });
 });

@@ -19,7 +19,7 @@ describe('generation REST pieces', () => {
         { name: 'original_ref', value: '{"filename":"x.png"}' },
       ]);
       const chunks = [];
-      for await (const chunk of form.body) chunks.push(chunk);
+      for await (const chunk of form.open()) chunks.push(chunk);
       const whole = Buffer.concat(chunks);
       assert.equal(whole.length, form.length, 'the announced length is exact');
       const pieces = [];
@@ -45,7 +45,7 @@ describe('generation REST pieces', () => {
     it('refuses a body cut before its closing boundary', async () => {
       const form = multipartBody([{ name: 'type', value: 'input' }]);
       const chunks = [];
-      for await (const chunk of form.body) chunks.push(chunk);
+      for await (const chunk of form.open()) chunks.push(chunk);
       const cut = Buffer.concat(chunks).subarray(0, 40);
       const boundary = /boundary=(.+)$/.exec(form.contentType)[1];
       await assert.rejects(

@@ -14,7 +14,8 @@ export type FormPart =
 export interface MultipartBody {
   contentType: string;
   length: number;
-  body: AsyncIterable<Buffer>;
+  /** A fresh pass over the body (a retried request needs a new one); each reads the file again. */
+  open(): AsyncGenerator<Buffer>;
 }
 
 /** Chunk size for reading a file part: large enough to keep per-chunk costs low, small enough for memory. */
@@ -64,5 +65,5 @@ export function multipartBody(parts: FormPart[]): MultipartBody {
     yield closing;
   }
 
-  return { contentType: `multipart/form-data; boundary=${boundary}`, length, body: chunks() };
+  return { contentType: `multipart/form-data; boundary=${boundary}`, length, open: chunks };
 }

@@ -195,7 +195,7 @@ export class GenerationRestClient {
     const headers = { 'content-type': form.contentType, 'content-length': String(form.length) };
     // As a stream the file is read ahead (a few chunks) while the socket sends: an iterable body would
     // wait for each read in turn.
-    const body = Readable.from(form.body);
+    const body = () => Readable.from(form.open());
     const { body: result } = await this.http.json<UploadResult>(
       mask ? '/api/upload/mask' : '/api/upload/image',
       {

@@ -28,7 +28,11 @@ export interface RequestOptions {
   query?: Record<string, string | number | boolean | undefined>;
   /** A JSON body (serialised here) or a stream/buffer sent as is with the given headers. */
   json?: unknown;
-  body?: Dispatcher.DispatchOptions['body'];
+  /**
+   * A body sent as is; a function makes a fresh one for each attempt (a stream is spent, or destroyed by a
+   * failed connection, so a retried request needs a new one).
+   */
+  body?: Dispatcher.DispatchOptions['body'] | (() => Dispatcher.DispatchOptions['body']);
   headers?: Record<string, string>;
   /**
    * Whether repeating the request is harmless. Defaults to true for GET and HEAD. When false, the request
@@ -159,7 +163,7 @@ export class HttpClient {
           response = await request(address, {
             method,
             headers,
-            body,
+            body: typeof body === 'function' ? body() : body,
             dispatcher: this.agent,
             signal: options.signal,
           });
