@@ -7,6 +7,8 @@
 //   node bench/transfer.js [--size-mib 1024] [--rounds 2]
 //
 // Targets: time ratio (ours / baseline) <= 1.2; our peak RSS at most 64 MiB over the child's start.
+// Times: the best of the rounds for each side (the machine's other load only ever adds), with the median ratio
+// beside it; RSS: the worst round.
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -201,6 +203,11 @@ async function main() {
   }
 
   const best = (side, name, field) => Math.min(...runs[side].map((run) => run[name][field]));
+  const median = (side, name, field) => {
+    const values = runs[side].map((run) => run[name][field]).sort((a, b) => a - b);
+    const middle = Math.floor(values.length / 2);
+    return values.length % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+  };
   const worst = (side, name, field) => Math.max(...runs[side].map((run) => run[name][field]));
   const rows = [];
   for (const name of ['upload', 'download']) {
@@ -211,6 +218,7 @@ async function main() {
       'ours s': ours.toFixed(2),
       'baseline s': base.toFixed(2),
       ratio: (ours / base).toFixed(2),
+      'median ratio': (median('ours', name, 'seconds') / median('baseline', name, 'seconds')).toFixed(2),
       'ours CPU s': best('ours', name, 'cpuSeconds').toFixed(2),
       'baseline CPU s': best('baseline', name, 'cpuSeconds').toFixed(2),
       'ours MiB/s': (sizeMiB / ours).toFixed(0),
