@@ -100,6 +100,20 @@ describe('graph-gen-config', () => {
       assert.match(bad.body.message, /not an http\(s\) address/);
     });
 
+    it('resolves ${VAR} references in the typed address and key, as a deploy does', async () => {
+      await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }), {});
+      process.env.GEN_TEST_URL = cloud.url;
+      process.env.GEN_TEST_KEY = API_KEY;
+      try {
+        const answer = await test({ baseUrl: '${GEN_TEST_URL}', apiKey: '${GEN_TEST_KEY}' });
+        assert.equal(answer.body.ok, true, answer.body.message);
+        assert.equal(cloud.counters.matching('/api/queue')[0].headers['x-api-key'], API_KEY);
+      } finally {
+        delete process.env.GEN_TEST_URL;
+        delete process.env.GEN_TEST_KEY;
+      }
+    });
+
     it('answers a self-hosted server without a key', async () => {
       await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: selfHosted.url }), {});
       const answer = await test({ id: 'c', baseUrl: selfHosted.url, apiKey: '' });

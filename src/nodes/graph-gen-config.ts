@@ -7,6 +7,7 @@ import type { Node, NodeAPI, NodeDef } from 'node-red';
 import type { Request, Response } from 'express';
 import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
 import { checkConnection } from '../generation/connection-check';
+import { substituteEnvVars } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -55,7 +56,11 @@ function graphGenConfig(RED: NodeAPI): void {
         apiKey = stored?.apiKey;
       }
       if (apiKey === UNCHANGED_PASSWORD) apiKey = undefined;
-      checkConnection(String(body.baseUrl ?? '').trim(), apiKey || undefined).then(
+      // The dialog sends raw values: `${VAR}` references are resolved here as a deploy would.
+      checkConnection(
+        substituteEnvVars(String(body.baseUrl ?? '')).trim(),
+        substituteEnvVars(apiKey) || undefined,
+      ).then(
         (result) => res.json(result),
         (error: unknown) =>
           res.json({ ok: false, code: 'server_error', message: `The test failed: ${String(error)}` }),
