@@ -16,8 +16,8 @@ const path = require('node:path');
 const { pipeline } = require('node:stream/promises');
 
 const MiB = 1 << 20;
-// Both sides read the file in the same chunks as the package's client does (256 KiB).
-const CHUNK = 256 << 10;
+// Both sides read the file in the same chunks as the package's client does (1 MiB).
+const CHUNK = 1 << 20;
 // Each side first moves a small file both ways: a Node process's young heap and pools grow to their working
 // size on the first transfers whatever their size (a running Node-RED is past that); the rise after this
 // warm-up is what a transfer costs. The rise from the cold start is reported too.

@@ -2,7 +2,7 @@
 // The pure pieces under the generation REST nodes, table-driven.
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
-const { Readable } = require('node:stream');
+const { PassThrough, Readable } = require('node:stream');
 const { readMultipart } = require('../dist/sandbox/multipart');
 const { multipartBody } = require('../dist/generation/multipart-body');
 const { describeSubmitProblems, applyOverrides, validateWorkflow } = require('../dist/generation/workflow');
@@ -12,15 +12,23 @@ const { promptIdOfQueueElement } = require('../dist/generation/rest-client');
 describe('generation REST pieces', () => {
   describe('multipart body and the sandbox reader', () => {
     const content = crypto.randomBytes(100_000);
+    /** The whole body as the request would send it (form-data streams the classic way, by pipe). */
+    const bytesOf = (form) =>
+      new Promise((resolve, reject) => {
+        const chunks = [];
+        const sink = new PassThrough();
+        sink.on('data', (chunk) => chunks.push(chunk));
+        sink.on('end', () => resolve(Buffer.concat(chunks)));
+        sink.on('error', reject);
+        form.open().pipe(sink);
+      });
     async function roundTrip(chunkSize) {
       const form = multipartBody([
         { name: 'image', filename: 'a.png', contentType: 'image/png', content },
         { name: 'type', value: 'input' },
         { name: 'original_ref', value: '{"filename":"x.png"}' },
       ]);
-      const chunks = [];
-      for await (const chunk of form.open()) chunks.push(chunk);
-      const whole = Buffer.concat(chunks);
+      const whole = await bytesOf(form);
       assert.equal(whole.length, form.length, 'the announced length is exact');
       const pieces = [];
       for (let at = 0; at < whole.length; at += chunkSize) pieces.push(whole.subarray(at, at + chunkSize));
@@ -44,9 +52,7 @@ describe('generation REST pieces', () => {
     }
     it('refuses a body cut before its closing boundary', async () => {
       const form = multipartBody([{ name: 'type', value: 'input' }]);
-      const chunks = [];
-      for await (const chunk of form.open()) chunks.push(chunk);
-      const cut = Buffer.concat(chunks).subarray(0, 40);
+      const cut = (await bytesOf(form)).subarray(0, 40);
       const boundary = /boundary=(.+)$/.exec(form.contentType)[1];
       await assert.rejects(
         readMultipart(Readable.from([cut]), boundary, () => undefined),

@@ -193,9 +193,8 @@ export class GenerationRestClient {
 
     const form = multipartBody(parts);
     const headers = { 'content-type': form.contentType, 'content-length': String(form.length) };
-    // As a stream the file is read ahead (a few chunks) while the socket sends: an iterable body would
-    // wait for each read in turn.
-    const body = () => Readable.from(form.open());
+    // A function: each attempt needs a fresh body (undici destroys a stream whose connection failed).
+    const body = () => form.open();
     const { body: result } = await this.http.json<UploadResult>(
       mask ? '/api/upload/mask' : '/api/upload/image',
       {
