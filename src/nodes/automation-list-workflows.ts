@@ -15,7 +15,7 @@ import {
   type Workflow,
 } from '../automation/client';
 import { invalidInput } from '../http/errors';
-import { evaluateProperty, fail, shortText, statusFailed } from './node-helpers';
+import { evaluateProperty, shortText, statusFailed, handleMessages } from './node-helpers';
 
 interface ListWorkflowsDef extends NodeDef {
   server: string;
@@ -62,7 +62,6 @@ export = function (RED: NodeAPI) {
     const splitPages = mode === 'all' && def.split === 'page';
     const maxPagesSetting = String(def.maxPages ?? '').trim();
     const maxPages = maxPagesSetting === '' ? DEFAULT_PAGE_CAP : Number(maxPagesSetting);
-    const running = new Set<AbortController>();
     if (!RED.nodes.getNode(def.server)) node.status(statusFailed('no service chosen'));
 
     async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
@@ -153,29 +152,7 @@ export = function (RED: NodeAPI) {
       }
     }
 
-    node.on('input', (msg, send, done) => {
-      const controller = new AbortController();
-      running.add(controller);
-      handle(msg as ListMessage, send, controller.signal).then(
-        () => {
-          running.delete(controller);
-          done();
-        },
-        (error: unknown) => {
-          running.delete(controller);
-          // A list stopped because the node closed is not a failure of the flow.
-          if (controller.signal.aborted) done();
-          else fail(node, done, error);
-        },
-      );
-    });
-
-    node.on('close', (_removed: boolean, done: () => void) => {
-      for (const controller of running) controller.abort();
-      running.clear();
-      node.status({});
-      done();
-    });
+    handleMessages<ListMessage>(node, handle);
   }
 
   RED.nodes.registerType('automation-list-workflows', AutomationListWorkflows);

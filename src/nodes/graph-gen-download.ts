@@ -6,7 +6,7 @@ import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow } from 'nod
 import { invalidInput } from '../http/errors';
 import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/downloads';
 import type { GraphGenConfigNode } from './graph-gen-config';
-import { evaluateProperty, fail, shortText } from './node-helpers';
+import { evaluateProperty, shortText, handleMessages } from './node-helpers';
 
 interface DownloadDef extends NodeDef {
   server: string;
@@ -29,7 +29,6 @@ export = function (RED: NodeAPI) {
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
     const mode = def.mode === 'file' ? 'file' : 'buffer';
-    const running = new Set<AbortController>();
 
     async function directoryFor(msg: DownloadMessage): Promise<string> {
       const value =
@@ -82,21 +81,7 @@ export = function (RED: NodeAPI) {
       });
     }
 
-    node.on('input', (msg, send, done) => {
-      const controller = new AbortController();
-      running.add(controller);
-      handle(msg as DownloadMessage, send, controller.signal)
-        .then(() => done())
-        .catch((error: unknown) => fail(node, done, error))
-        .finally(() => running.delete(controller));
-    });
-
-    node.on('close', (_removed: boolean, done: () => void) => {
-      for (const controller of running) controller.abort();
-      running.clear();
-      node.status({});
-      done();
-    });
+    handleMessages<DownloadMessage>(node, handle);
   }
 
   RED.nodes.registerType('graph-gen-download', GraphGenDownload);

@@ -6,7 +6,7 @@ import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { promptIdOfQueueElement } from '../generation/rest-client';
 import type { GraphGenConfigNode } from './graph-gen-config';
-import { fail, shortText } from './node-helpers';
+import { shortText, handleMessages } from './node-helpers';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
 const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
@@ -79,18 +79,9 @@ export = function (RED: NodeAPI) {
       }
     }
 
-    node.on('input', (msg, send, done) => {
-      handle(msg as QueueMessage)
-        .then(() => {
-          send(msg);
-          done();
-        })
-        .catch((error: unknown) => fail(node, done, error));
-    });
-
-    node.on('close', (_removed: boolean, done: () => void) => {
-      node.status({});
-      done();
+    handleMessages<QueueMessage>(node, async (msg, send) => {
+      await handle(msg);
+      send(msg);
     });
   }
 

@@ -15,7 +15,7 @@ import {
   type Workflow,
 } from '../generation/workflow';
 import type { GraphGenConfigNode } from './graph-gen-config';
-import { fail, shortText } from './node-helpers';
+import { shortText, handleMessages } from './node-helpers';
 
 interface SubmitDef extends NodeDef {
   server: string;
@@ -115,18 +115,9 @@ export = function (RED: NodeAPI) {
       });
     }
 
-    node.on('input', (msg, send, done) => {
-      handle(msg as SubmitMessage)
-        .then(() => {
-          send(msg);
-          done();
-        })
-        .catch((error: unknown) => fail(node, done, error));
-    });
-
-    node.on('close', (_removed: boolean, done: () => void) => {
-      node.status({});
-      done();
+    handleMessages<SubmitMessage>(node, async (msg, send) => {
+      await handle(msg);
+      send(msg);
     });
   }
 

@@ -5,7 +5,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
 import type { GraphGenConfigNode } from './graph-gen-config';
-import { evaluateProperty, fail, shortText } from './node-helpers';
+import { evaluateProperty, shortText, handleMessages } from './node-helpers';
 
 interface UploadDef extends NodeDef {
   server: string;
@@ -39,7 +39,6 @@ export = function (RED: NodeAPI) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
-    const running = new Set<AbortController>();
 
     async function handle(msg: UploadMessage, signal: AbortSignal): Promise<void> {
       const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
@@ -81,23 +80,9 @@ export = function (RED: NodeAPI) {
       node.status({ fill: 'green', shape: 'dot', text: shortText(`uploaded ${result.name}`) });
     }
 
-    node.on('input', (msg, send, done) => {
-      const controller = new AbortController();
-      running.add(controller);
-      handle(msg as UploadMessage, controller.signal)
-        .then(() => {
-          send(msg);
-          done();
-        })
-        .catch((error: unknown) => fail(node, done, error))
-        .finally(() => running.delete(controller));
-    });
-
-    node.on('close', (_removed: boolean, done: () => void) => {
-      for (const controller of running) controller.abort();
-      running.clear();
-      node.status({});
-      done();
+    handleMessages<UploadMessage>(node, async (msg, send, signal) => {
+      await handle(msg, signal);
+      send(msg);
     });
   }
 

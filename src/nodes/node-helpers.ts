@@ -2,7 +2,7 @@
  * The few things every node file does alike: evaluate a TypedInput, report a failure so a Catch node sees
  * it, and keep status texts short. Node files stay thin by calling these.
  */
-import type { Node, NodeAPI, NodeMessage, NodeStatus } from 'node-red';
+import type { Node, NodeAPI, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { ServiceError } from '../http/errors';
 
 /** Evaluates a TypedInput property for one message (callback form: JSONata and async context need it). */
@@ -69,4 +69,39 @@ export function substituteEnvVarsIn<T extends object>(settings: T): T {
       typeof value === 'string' ? substituteEnvVars(value) : value,
     ]),
   ) as T;
+}
+
+export type SendFunction = (msg: NodeMessage | Array<NodeMessage | NodeMessage[] | null>) => void;
+
+/**
+ * Wires a request-per-message node: `handle` runs for each message with a signal that aborts when the
+ * node closes (redeploy); a failure ends the message through `fail` so Catch nodes see it, while a message
+ * stopped by the close is not a failure of the flow; close aborts what is in flight and clears the status.
+ */
+export function handleMessages<M extends NodeMessageInFlow>(
+  node: Node,
+  handle: (msg: M, send: SendFunction, signal: AbortSignal) => Promise<void>,
+): void {
+  const running = new Set<AbortController>();
+  node.on('input', (msg, send, done) => {
+    const controller = new AbortController();
+    running.add(controller);
+    handle(msg as M, send, controller.signal).then(
+      () => {
+        running.delete(controller);
+        done();
+      },
+      (error: unknown) => {
+        running.delete(controller);
+        if (controller.signal.aborted) done();
+        else fail(node, done, error);
+      },
+    );
+  });
+  node.on('close', (_removed: boolean, done: () => void) => {
+    for (const controller of running) controller.abort();
+    running.clear();
+    node.status({});
+    done();
+  });
 }
