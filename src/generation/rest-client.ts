@@ -5,7 +5,6 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import { Readable } from 'node:stream';
 import type { HttpClient, RawResponse } from '../http/client';
 import { ServiceError, invalidInput, messageFromBody } from '../http/errors';
 import type { NodeTypeDefinition, Workflow } from './workflow';
