@@ -51,6 +51,11 @@ describe('generation REST errors', () => {
       const failure = await failureOf('n', { payload: textToImage(), topic: 'kept' });
       assert.equal(failure.error.code, code);
       assert.match(failure.error.message, message);
+      assert.doesNotMatch(
+        failure.error.message,
+        /^\w*Error: /,
+        'a plain sentence, without the class name before it',
+      );
       assert.equal(failure.error.cause.status, status);
       assert.equal(failure.topic, 'kept');
       assert.equal(failure.error.source.id, 'n');

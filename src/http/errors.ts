@@ -29,6 +29,11 @@ export class ServiceError extends Error {
     this.code = code;
     this.cause = details;
   }
+
+  /** Node-RED puts `toString()` into a Catch node's `msg.error.message`: the plain sentence, no class name. */
+  override toString(): string {
+    return this.message;
+  }
 }
 
 /** A refused input: raised before anything is sent. */
