@@ -1,18 +1,12 @@
 'use strict';
+const { coreNode, statuses } = require('./support/node-red');
 // Shared by the automation test files: a sandbox with only the automation service, a flow builder, and
 // waits for what a user would see (messages on a wire, Catch node messages, node statuses).
-const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { SandboxServer } = require('../dist/sandbox/server');
 const { mountAutomationService } = require('../dist/sandbox/automation-service');
 
 const KEY = 'auto-secret-key-123';
-
-/** Node-RED's own nodes from the Node-RED under test (NODE_RED_PATH selects Node-RED 5 in CI). */
-function coreNode(relative) {
-  const base = process.env.NODE_RED_PATH ? path.dirname(process.env.NODE_RED_PATH) : __dirname;
-  return require(require.resolve(`@node-red/nodes/core/${relative}`, { paths: [base] }));
-}
 
 async function startAutomationSandbox(options = {}) {
   const server = new SandboxServer();
@@ -89,18 +83,6 @@ function collect(id) {
       return received[count - 1];
     },
   };
-}
-
-/** Records every status the node sets. */
-function statuses(id) {
-  const node = helper.getNode(id);
-  const seen = [];
-  const original = node.status.bind(node);
-  node.status = (status) => {
-    seen.push(status);
-    return original(status);
-  };
-  return seen;
 }
 
 module.exports = { KEY, coreNode, startAutomationSandbox, listRequests, flow, collect, statuses };

@@ -1,4 +1,5 @@
 'use strict';
+const { textToImage } = require('./support/node-red');
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const configNode = require('../dist/nodes/graph-gen-config.js');
@@ -20,31 +21,6 @@ const {
 } = require('./socket-support');
 
 const catchNode = coreNode('common/25-catch.js');
-function textToImage() {
-  return {
-    4: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'v1-5-pruned-emaonly.safetensors' } },
-    5: { class_type: 'EmptyLatentImage', inputs: { width: 512, height: 512, batch_size: 1 } },
-    6: { class_type: 'CLIPTextEncode', inputs: { text: 'a red fox', clip: ['4', 1] } },
-    7: { class_type: 'CLIPTextEncode', inputs: { text: 'blurry', clip: ['4', 1] } },
-    3: {
-      class_type: 'KSampler',
-      inputs: {
-        seed: 1,
-        steps: 20,
-        cfg: 7,
-        sampler_name: 'euler',
-        scheduler: 'normal',
-        denoise: 1,
-        model: ['4', 0],
-        positive: ['6', 0],
-        negative: ['7', 0],
-        latent_image: ['5', 0],
-      },
-    },
-    8: { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 2] } },
-    9: { class_type: 'SaveImage', inputs: { filename_prefix: 'fox', images: ['8', 0] } },
-  };
-}
 
 const EXCEPTION_TYPES = [
   'ValidationError',

@@ -1,4 +1,5 @@
 'use strict';
+const { coreNode } = require('./support/node-red');
 // Every example flow under examples/ loads in Node-RED and does what its comment says, against the sandbox:
 // the flows exactly as shipped (config nodes reading ${GRAPH_GEN_URL} and friends from the environment, keys
 // as ${...} credentials, as the README tells a user to set them), with two test-only changes: debug nodes
@@ -15,12 +16,6 @@ const { readExamples, solidPng } = require('../scripts/start.js');
 const GENERATION_KEY = 'examples-generation-key-31';
 const AUTOMATION_KEY = 'examples-automation-key-47';
 const WORKFLOWS = 23;
-
-/** Node-RED's own nodes from the Node-RED under test (NODE_RED_PATH selects Node-RED 5 in CI). */
-function coreNode(relative) {
-  const base = process.env.NODE_RED_PATH ? path.dirname(process.env.NODE_RED_PATH) : __dirname;
-  return require(require.resolve(`@node-red/nodes/core/${relative}`, { paths: [base] }));
-}
 
 const NODES = [
   require('../dist/nodes/graph-gen-config.js'),

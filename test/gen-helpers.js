@@ -1,4 +1,5 @@
 'use strict';
+const { coreNode, textToImage } = require('./support/node-red');
 // Shared by the generation REST tests (test/gen-*.test.js): node modules to load, a text-to-image workflow
 // the sandbox accepts, and small flow builders.
 const helper = require('node-red-node-test-helper');
@@ -8,42 +9,11 @@ const uploadNode = require('../dist/nodes/graph-gen-upload.js');
 const submitNode = require('../dist/nodes/graph-gen-submit.js');
 const downloadNode = require('../dist/nodes/graph-gen-download.js');
 const queueNode = require('../dist/nodes/graph-gen-queue.js');
-// The Catch node of the Node-RED under test (NODE_RED_PATH selects another install, e.g. Node-RED 5 in CI).
-const catchNode = require(
-  require.resolve('@node-red/nodes/core/common/25-catch.js', {
-    paths: [process.env.NODE_RED_PATH ? require('node:path').dirname(process.env.NODE_RED_PATH) : __dirname],
-  }),
-);
+const catchNode = coreNode('common/25-catch.js');
 const ALL_NODES = [configNode, uploadNode, submitNode, downloadNode, queueNode, catchNode];
 
 const API_KEY = 'sk-test-4f1d2c3b-secret';
 const PARTNER_KEY = 'partner-9a8b7c-secret';
-
-function textToImage() {
-  return {
-    4: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'v1-5-pruned-emaonly.safetensors' } },
-    5: { class_type: 'EmptyLatentImage', inputs: { width: 512, height: 512, batch_size: 1 } },
-    6: { class_type: 'CLIPTextEncode', inputs: { text: 'a red fox', clip: ['4', 1] } },
-    7: { class_type: 'CLIPTextEncode', inputs: { text: 'blurry', clip: ['4', 1] } },
-    3: {
-      class_type: 'KSampler',
-      inputs: {
-        seed: 1,
-        steps: 20,
-        cfg: 7,
-        sampler_name: 'euler',
-        scheduler: 'normal',
-        denoise: 1,
-        model: ['4', 0],
-        positive: ['6', 0],
-        negative: ['7', 0],
-        latent_image: ['5', 0],
-      },
-    },
-    8: { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 2] } },
-    9: { class_type: 'SaveImage', inputs: { filename_prefix: 'fox', images: ['8', 0] } },
-  };
-}
 
 /** A flow: config `c`, the node under test `n` (wired to helper `out`), and a catch node wired to `caught`. */
 function flowWith(node, { baseUrl, name = 'n' } = {}) {

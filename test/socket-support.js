@@ -1,7 +1,7 @@
 'use strict';
+const { coreNode, statuses } = require('./support/node-red');
 // Shared by the socket-* and await-* tests: workflows the sandbox's event runner understands, a flow with
 // an await-job node, and waits for what a user sees (msgs on each output, Catch msgs, statuses).
-const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 
 const KEY = 'sk-test-7c1f0e9a2b';
@@ -40,12 +40,6 @@ function fileNames(outputs) {
       if (Array.isArray(list)) for (const f of list) names.push(f.filename);
   }
   return names.sort();
-}
-
-/** Node-RED's own nodes from the Node-RED under test (NODE_RED_PATH selects Node-RED 5 in CI). */
-function coreNode(relative) {
-  const base = process.env.NODE_RED_PATH ? path.dirname(process.env.NODE_RED_PATH) : __dirname;
-  return require(require.resolve(`@node-red/nodes/core/${relative}`, { paths: [base] }));
 }
 
 /** Config node, await-job node `await` wired to helpers `done`, `failed`, `progress`; a Catch to `caught`. */
@@ -92,18 +86,6 @@ function collect(id) {
       return received[count - 1];
     },
   };
-}
-
-/** Records every status the node sets. */
-function statuses(id) {
-  const node = helper.getNode(id);
-  const seen = [];
-  const original = node.status.bind(node);
-  node.status = (status) => {
-    seen.push(status);
-    return original(status);
-  };
-  return seen;
 }
 
 module.exports = { KEY, workflow, sleep, until, fileNames, coreNode, awaitFlow, collect, statuses };
