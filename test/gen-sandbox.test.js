@@ -121,6 +121,7 @@ describe('generation sandbox REST service', () => {
     cloud.generation.addFile({ filename: 'big.bin', subfolder: 'x', type: 'output' }, { size: 3_000_000 });
     const view = await get(cloud, '/api/view?filename=big.bin&subfolder=x&type=output');
     assert.equal(view.status, 302);
+    assert.match(view.headers.get('set-cookie'), /^session=/, 'a cookie a careless client would carry on');
     const location = view.headers.get('location');
     assert.ok(location.startsWith(cloud.generation.storageUrl));
     const file = await fetch(location);

@@ -652,7 +652,14 @@ export async function mountGenerationService(
     const key = Buffer.from(JSON.stringify(ref)).toString('base64url');
     const expires = Math.floor(Date.now() / 1000) + (options.signedAddressSeconds ?? 300);
     const address = `${storage.url}/files/${key}?expires=${expires}&signature=${sign(key, expires)}`;
-    ctx.res.writeHead(302, { location: address, 'content-length': 0 }).end();
+    // A session cookie as cloud gateways set: a client with a cookie jar would carry it to the storage host.
+    ctx.res
+      .writeHead(302, {
+        location: address,
+        'set-cookie': 'session=sandbox-session; Path=/',
+        'content-length': 0,
+      })
+      .end();
   });
 
   const queueElement = (job: SandboxJob) => {
