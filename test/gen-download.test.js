@@ -104,10 +104,16 @@ describe('graph-gen-download', () => {
     assert.equal(msg.payload, path.join(target, fox.filename));
     assert.ok(fs.readFileSync(msg.payload).equals(foxBytes));
     fs.writeFileSync(msg.payload, 'mine');
+    cloud.counters.reset();
     const failure = await failureOf('n', { payload: fox });
     assert.equal(failure.error.code, 'invalid_input');
     assert.match(failure.error.message, /"fox_00001_.png" already exists/);
     assert.equal(fs.readFileSync(msg.payload, 'utf8'), 'mine');
+    assert.equal(cloud.counters.count('/api/view'), 0, 'an existing file costs no download');
+    // A file that fails to download leaves nothing behind.
+    const gone = { filename: 'gone.png', subfolder: '', type: 'output' };
+    await failureOf('n', { payload: gone });
+    assert.equal(fs.existsSync(path.join(target, 'gone.png')), false);
     await helper.unload();
     await load(
       flowWith(
@@ -121,6 +127,11 @@ describe('graph-gen-download', () => {
         { baseUrl: cloud.url },
       ),
     );
+    // Overwriting: a failed download keeps the old file; a good one replaces it.
+    fs.writeFileSync(msg.payload, 'mine');
+    cloud.generation.storage.faults.add({ path: /^\/files\//, status: 403, body: 'Request has expired' });
+    await failureOf('n', { payload: fox });
+    assert.equal(fs.readFileSync(msg.payload, 'utf8'), 'mine');
     await outputOf('n', { payload: fox });
     assert.ok(fs.readFileSync(msg.payload).equals(foxBytes));
   });
@@ -174,6 +185,17 @@ describe('graph-gen-download', () => {
     cloud.generation.storage.faults.add({ path: /^\/files\//, status: 500, body: 'boom' });
     const second = await failureOf('n', { payload: fox });
     assert.equal(second.error.code, 'server_error');
+    assert.match(second.error.message, /HTTP 500 for "fox_00001_.png"/);
+  });
+
+  it('a 5xx from /api/view, once retries are spent, fails naming the file', async () => {
+    await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
+    cloud.faults.add({ path: '/api/view', status: 502, times: 10 });
+    const failure = await failureOf('n', { payload: owl }, 15000);
+    assert.equal(failure.error.code, 'server_error');
+    assert.equal(failure.error.cause.status, 502);
+    assert.match(failure.error.message, /HTTP 502 while downloading "owl_00001_.png"/);
+    assert.ok(!textOf(failure).includes(API_KEY));
   });
 
   it('retries /api/view after a 503 and a 429 with Retry-After, then delivers the file', async () => {

@@ -7,7 +7,7 @@ import { mkdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { ServiceError, invalidInput } from '../http/errors';
-import type { FileReference, GenerationRestClient } from './rest-client';
+import type { FileReference, GenerationRestClient, OpenFile } from './rest-client';
 
 function isReference(value: unknown): value is FileReference {
   return (
@@ -91,9 +91,30 @@ export async function downloadToBuffer(
   }
 }
 
+/** A write stream on `target`, open; `wx` refuses an existing file. */
+async function openTarget(target: string, flags: 'w' | 'wx', ref: FileReference, directory: string) {
+  const out = createWriteStream(target, { flags });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      out.once('open', () => resolve());
+      out.once('error', reject);
+    });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') {
+      throw invalidInput(
+        `"${ref.filename}" already exists in ${directory}: it was not overwritten (see the overwrite setting)`,
+      );
+    }
+    throw invalidInput(`"${ref.filename}" cannot be written to ${directory} (${code ?? String(error)})`);
+  }
+  return out;
+}
+
 /**
- * Streams a file into `directory` under the service's name. An existing file is kept unless `overwrite`;
- * a partial file is removed when the transfer fails.
+ * Streams a file into `directory` under the service's name. An existing file is kept unless `overwrite`
+ * (refused before anything is requested); when overwriting, the old file is replaced only once the service
+ * has answered with the file. A partial file is removed when the transfer fails.
  */
 export async function downloadToDirectory(
   rest: GenerationRestClient,
@@ -104,22 +125,20 @@ export async function downloadToDirectory(
 ): Promise<{ path: string; contentType?: string; size: number }> {
   const target = targetPath(directory, ref.filename);
   await mkdir(path.dirname(target), { recursive: true });
-  const file = await rest.openFile(ref, signal);
-  const out = createWriteStream(target, { flags: overwrite ? 'w' : 'wx' });
+  let out = overwrite ? undefined : await openTarget(target, 'wx', ref, directory);
+  let file: OpenFile;
   try {
-    await new Promise<void>((resolve, reject) => {
-      out.once('open', () => resolve());
-      out.once('error', reject);
-    });
+    file = await rest.openFile(ref, signal);
+  } catch (error) {
+    out?.destroy();
+    if (out) await unlink(target).catch(() => undefined);
+    throw error;
+  }
+  try {
+    out ??= await openTarget(target, 'w', ref, directory);
   } catch (error) {
     await file.body.dump().catch(() => undefined);
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST') {
-      throw invalidInput(
-        `"${ref.filename}" already exists in ${directory}: it was not overwritten (see the overwrite setting)`,
-      );
-    }
-    throw invalidInput(`"${ref.filename}" cannot be written to ${directory} (${code ?? String(error)})`);
+    throw error;
   }
   try {
     await pipeline(file.body, out, { signal });
@@ -127,8 +146,7 @@ export async function downloadToDirectory(
     await unlink(target).catch(() => undefined);
     throw interrupted(ref, error);
   }
-  const size = out.bytesWritten;
-  return { path: target, contentType: file.contentType, size };
+  return { path: target, contentType: file.contentType, size: out.bytesWritten };
 }
 
 function interrupted(ref: FileReference, error: unknown): ServiceError {
