@@ -282,6 +282,28 @@ describe('socket manager', () => {
     for (const line of logs) assert.equal(line.includes('wrong-key-123'), false, line);
   });
 
+  it('opens a new socket when it is used while its idle close is still under way', async () => {
+    const sockets = manager();
+    const leave = sockets.register({});
+    await sockets.ready(5000);
+    // The server stops reading, so the close handshake hangs until the manager gives up on it.
+    const deaf = [...sandbox.server.sockets];
+    for (const client of deaf) client._socket.pause();
+    try {
+      leave();
+      await until(() => sockets.state === 'idle', 'the idle close to start');
+      const events = [];
+      sockets.subscribe('late', (event) => events.push(event.type));
+      const waited = sockets.ready(5000);
+      await until(() => sockets.isOpen && sockets.stats.socketsOpened === 2, 'a new socket', 5000);
+      assert.equal(await waited, true);
+      sandbox.events.sendRaw(JSON.stringify({ type: 'executing', data: { node: '1', prompt_id: 'late' } }));
+      await until(() => events.length === 1, 'the event on the new socket');
+    } finally {
+      for (const client of deaf) client._socket.resume();
+    }
+  });
+
   it('closes after a grace time when its last user and subscription leave, and opens again on use', async () => {
     const sockets = manager();
     const leave = sockets.register({});

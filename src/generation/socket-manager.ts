@@ -330,7 +330,13 @@ export class SocketManager {
     clearTimeout(this.stableTimer);
     this.pingTimer = this.stableTimer = undefined;
     this.executingPrompt = undefined;
-    if (this.closed || this.currentState === 'idle') return;
+    if (this.closed) return;
+    if (this.currentState === 'idle') {
+      // Someone subscribed or waited while this idle close was under way (ensureOpen saw the closing socket
+      // and did nothing): the old socket is gone now, so open the new one.
+      if (this.shouldStayOpen() && !this.reconnectTimer) this.connect();
+      return;
+    }
     if (!this.shouldStayOpen()) {
       this.setState('idle');
       return;
