@@ -2,7 +2,7 @@
 const assert = require('node:assert/strict');
 const net = require('node:net');
 const { startSandbox } = require('../dist/sandbox');
-const { SocketManager } = require('../dist/generation/socket-manager');
+const { SocketManager, socketAddress } = require('../dist/generation/socket-manager');
 const { encodePreview, encodeText, encodePreviewWithMetadata } = require('../dist/generation/frames');
 const { KEY, workflow, sleep, until } = require('./socket-support');
 
@@ -68,6 +68,20 @@ describe('socket manager', () => {
     assert.equal(previews.length, 3);
     assert.equal(previews[0].frame.type, 4, 'type-4 previews after feature_flags');
     assert.equal(previews[0].data.prompt_id, job.id);
+  });
+
+  it('builds the socket address: ws/wss from http/https, the base path + /ws, clientId, token only with a key', () => {
+    assert.equal(
+      socketAddress('https://gen.example.com', 'id-1', 'k+y/=!'),
+      'wss://gen.example.com/ws?clientId=id-1&token=k%2By%2F%3D%21',
+    );
+    assert.equal(socketAddress('http://10.0.0.5:8188/', 'id-2'), 'ws://10.0.0.5:8188/ws?clientId=id-2');
+    assert.equal(
+      socketAddress('https://host/prefix/?x=1#frag', 'id-3', 'key'),
+      'wss://host/prefix/ws?clientId=id-3&token=key',
+    );
+    const token = new URL(socketAddress('https://h', 'c', 'k+y/=!')).searchParams.get('token');
+    assert.equal(token, 'k+y/=!', 'the key survives the encoding');
   });
 
   it('says false within the time when the service cannot be reached', async () => {
@@ -247,6 +261,11 @@ describe('socket manager', () => {
       await until(() => sockets.stats.socketsOpened === i + 2 && sockets.isOpen, 'a reconnect');
     }
     assert.deepEqual(openAtHandshake, [0, 0, 0]);
+    assert.deepEqual(
+      handshakes.map((h) => h.query.get('clientId')),
+      ['client-0', 'client-0', 'client-0', 'client-0'],
+      'the same clientId on every reconnect',
+    );
     assert.deepEqual(
       states.filter((s) => s.startsWith('open')),
       ['open', 'open+', 'open+', 'open+'],

@@ -160,15 +160,7 @@ export class SocketManager {
 
   /** The socket's address with its token, for connecting only: never log it. */
   private address(): string {
-    const url = new URL(
-      this.options.baseUrl.endsWith('/') ? this.options.baseUrl : `${this.options.baseUrl}/`,
-    );
-    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    url.pathname = `${url.pathname}ws`;
-    url.search = '';
-    url.searchParams.set('clientId', this.options.clientId);
-    if (this.options.apiKey) url.searchParams.set('token', this.options.apiKey);
-    return url.toString();
+    return socketAddress(this.options.baseUrl, this.options.clientId, this.options.apiKey);
   }
 
   /** Opens the socket if needed and waits until it is open, at most `timeoutMs`; false if it is not. */
@@ -591,6 +583,21 @@ export class SocketManager {
       }
     }
   }
+}
+
+/**
+ * The socket's address: the base address's host with ws/wss (from http/https), its path + `/ws`,
+ * `clientId`, and `token` only when there is a key (self-hosted servers get none). Holds the key: never log it.
+ */
+export function socketAddress(baseUrl: string, clientId: string, apiKey?: string): string {
+  const url = new URL(baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  url.pathname = `${url.pathname}ws`;
+  url.search = '';
+  url.hash = '';
+  url.searchParams.set('clientId', clientId);
+  if (apiKey) url.searchParams.set('token', apiKey);
+  return url.toString();
 }
 
 /** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
