@@ -105,6 +105,12 @@ describe('socket manager', () => {
       onQueueStatus: (n) => queue.push(n),
       onNotification: (t) => notes.push(t),
     });
+    const otherQueue = [];
+    const otherNotes = [];
+    const leaveOther = sockets.register({
+      onQueueStatus: (n) => otherQueue.push(n),
+      onNotification: (t) => otherNotes.push(t),
+    });
     await sockets.ready(5000);
     const a = sandbox.jobs.submit(workflow({}, { prefix: 'a' }));
     const b = sandbox.jobs.submit(workflow({}, { prefix: 'b' }));
@@ -126,7 +132,10 @@ describe('socket manager', () => {
       'queue counts reach users',
     );
     assert.deepEqual(notes, ['maintenance at noon']);
+    assert.deepEqual(otherQueue, queue, 'every user gets every status');
+    assert.deepEqual(otherNotes, notes, 'every user gets every notification');
     leave();
+    leaveOther();
   });
 
   it('keeps the events of a job nobody awaits yet and replays them in order', async () => {
@@ -273,6 +282,39 @@ describe('socket manager', () => {
     assert.ok(states.includes('down'));
   });
 
+  it('reconnects with full-jitter backoff doubling to the cap, reset after a stable connection', async () => {
+    const sockets = manager({
+      timings: { ...fast, backoffBaseMs: 20, backoffMaxMs: 100, stableMs: 300 },
+    });
+    sockets.register({});
+    const delays = () =>
+      logs
+        .map((line) => /reconnecting in (\d+) ms/.exec(line)?.[1])
+        .filter(Boolean)
+        .map(Number);
+    const random = Math.random;
+    let draw = 0.999;
+    Math.random = () => draw;
+    try {
+      sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: 4 });
+      assert.equal(await sockets.ready(5000), true);
+      assert.deepEqual(delays(), [19, 39, 79, 99], 'a random wait below a ceiling that doubles to the cap');
+      // Dropped before it was stable: the backoff goes on from the cap.
+      draw = 0.5;
+      sandbox.events.dropSockets();
+      await until(() => sockets.stats.socketsOpened === 2 && sockets.isOpen, 'a reconnect');
+      assert.equal(delays().at(-1), 50, 'half the capped ceiling for a draw of 0.5');
+      // Open longer than stableMs: the backoff starts again from the base.
+      await sleep(450);
+      draw = 0.999;
+      sandbox.events.dropSockets();
+      await until(() => sockets.stats.socketsOpened === 3 && sockets.isOpen, 'a reconnect');
+      assert.equal(delays().at(-1), 19);
+    } finally {
+      Math.random = random;
+    }
+  });
+
   it('closes a socket that answers no ping, then reconnects', async () => {
     const sockets = manager({ timings: { ...fast, pingIntervalMs: 60 } });
     sockets.register({});
@@ -291,12 +333,15 @@ describe('socket manager', () => {
   it('backs off to the cap on a refused key, shows unauthorized and never spins', async () => {
     const sockets = manager({ apiKey: 'wrong-key-123', timings: { ...fast, backoffMaxMs: 30_000 } });
     const states = [];
+    const otherStates = [];
     sockets.register({ onConnectionState: (state) => states.push(state) });
+    sockets.register({ onConnectionState: (state) => otherStates.push(state) });
     assert.equal(await sockets.ready(2000), false);
     await sleep(600);
     assert.equal(sandbox.counters.handshakes.length, 1, 'one refused handshake, no spinning');
     assert.equal(sockets.state, 'unauthorized');
     assert.ok(states.includes('unauthorized'));
+    assert.deepEqual(otherStates, states, 'every user is told');
     assert.equal(await sockets.ready(1000), false, 'ready answers at once while backing off');
     for (const line of logs) assert.equal(line.includes('wrong-key-123'), false, line);
   });
