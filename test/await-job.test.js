@@ -187,6 +187,33 @@ describe('graph-gen-await-job', () => {
     assert.ok(EXCEPTION_TYPES.some((type) => type.startsWith(status.at(-1).text.replace('…', ''))));
   });
 
+  it('shows queued n, running node step n/max and failed exception type, every text under 20 characters', async () => {
+    const { node, connection, failed, status } = await load();
+    await connection.sockets().ready(5000);
+    const id = 'status-words-job';
+    const raw = (type, data) =>
+      sandbox.events.sendRaw(JSON.stringify({ type, data: { prompt_id: id, ...data } }));
+    node.receive({ prompt_id: id, topic: 'render', mine: 7 });
+    sandbox.events.sendRaw(
+      JSON.stringify({ type: 'status', data: { status: { exec_info: { queue_remaining: 4 } } } }),
+    );
+    await until(() => status.some((s) => s.text === 'queued 4'), 'queued 4');
+    raw('execution_start', {});
+    raw('executing', { node: '7' });
+    raw('progress', { node: '7', value: 3, max: 20 });
+    await until(() => status.some((s) => s.text === 'running 7 3/20'), 'running 7 3/20');
+    raw('executing', { node: 'a-very-long-node-identifier' });
+    await until(() => status.some((s) => s.text.startsWith('running a-very')), 'the long node id');
+    raw('execution_error', { exception_type: 'InsufficientFundsError', exception_message: 'no funds' });
+    const msg = await failed.next();
+    assert.equal(msg.topic, 'render', 'output 2 keeps msg.topic');
+    assert.equal(msg.mine, 7, "output 2 keeps the user's properties");
+    assert.equal(msg.payload.error.exception_type, 'InsufficientFundsError');
+    await until(() => status.at(-1)?.fill === 'red', 'the failed status');
+    assert.deepEqual(status.at(-1), { fill: 'red', shape: 'ring', text: 'InsufficientFundsE…' });
+    for (const shown of status) assert.ok(shown.text === undefined || shown.text.length < 20, shown.text);
+  });
+
   it('sends an interrupted job and a cancelled one as cancelled', async () => {
     const { node, connection, failed, status } = await load();
     await connection.sockets().ready(5000);
