@@ -67,7 +67,7 @@ export = function (RED: NodeAPI) {
         node.status({
           fill: 'green',
           shape: 'dot',
-          text: shortText(`${msg.running.length} running, ${msg.pending.length} pending`),
+          text: shortText(`${msg.running.length} running, ${msg.pending.length} queued`),
         });
       } else if (action === 'cancel') {
         const ids = idsToCancel(msg);

@@ -31,7 +31,8 @@ export function asServiceError(error: unknown): ServiceError {
   return new ServiceError('invalid_input', message);
 }
 
-const MAX_STATUS_TEXT = 20;
+/** Status texts stay under 20 characters (the editor cuts longer ones off under the node). */
+const MAX_STATUS_TEXT = 19;
 
 export function shortText(text: string): string {
   return text.length > MAX_STATUS_TEXT ? `${text.slice(0, MAX_STATUS_TEXT - 1)}…` : text;
@@ -41,13 +42,19 @@ export function statusFailed(reason: string): NodeStatus {
   return { fill: 'red', shape: 'ring', text: shortText(reason) };
 }
 
+/** Codes whose words would not fit a status (under 20 characters). */
+const SHORT_REASONS: Partial<Record<string, string>> = {
+  insufficient_credits: 'no credits',
+  subscription_inactive: 'no subscription',
+};
+
 /**
  * Ends a message in failure: red ring with the error code, and `done(error)` so Node-RED hands the
  * message to Catch nodes with `message`, `code` and `cause` in `msg.error`.
  */
 export function fail(node: Node, done: (error?: Error) => void, error: unknown): void {
   const serviceError = asServiceError(error);
-  node.status(statusFailed(serviceError.code.replace(/_/g, ' ')));
+  node.status(statusFailed(SHORT_REASONS[serviceError.code] ?? serviceError.code.replace(/_/g, ' ')));
   done(serviceError);
 }
 
