@@ -112,7 +112,16 @@ describe('graph-gen-submit', () => {
   });
 
   const refusals = [
-    ['a workflow that is not an object', () => ({ payload: '[1,2]' }), /not an object of nodes|No workflow/],
+    [
+      'a workflow that is not an object',
+      () => ({ payload: '[1,2]' }),
+      /No workflow: msg.payload is not a workflow \(an object or JSON text\)/,
+    ],
+    [
+      'a node that is not an object',
+      () => ({ payload: { 1: 'x' } }),
+      /Node "1" of the workflow is not an object/,
+    ],
     [
       'a node without inputs',
       () => ({ payload: { 1: { class_type: 'SaveImage' } } }),
@@ -132,6 +141,11 @@ describe('graph-gen-submit', () => {
       () => ({ payload: textToImage(), inputs: { 77: { text: 'x' } } }),
       /msg.inputs sets node "77", which is not in the workflow/,
     ],
+    [
+      'an override that links to a node that is not there',
+      () => ({ payload: textToImage(), inputs: { 8: { samples: ['99', 0] } } }),
+      /Input "samples" of node "8" links to node "99", which is not in the workflow/,
+    ],
     ['JSON text that does not parse', () => ({ payload: '{"1": ' }), /not valid JSON/],
     ['no workflow at all', () => ({ payload: 5 }), /No workflow/],
   ];
@@ -144,6 +158,14 @@ describe('graph-gen-submit', () => {
       assert.equal(submitted().length, 0);
     });
   }
+
+  it('refuses a workflow setting that is not an object of nodes before sending', async () => {
+    await load(flowWith({ type: 'graph-gen-submit', workflow: '[1, 2]' }, { baseUrl: sandbox.url }));
+    const failure = await failureOf('n', { payload: 'go' });
+    assert.equal(failure.error.code, 'invalid_input');
+    assert.match(failure.error.message, /The workflow is not an object of nodes/);
+    assert.equal(submitted().length, 0);
+  });
 
   it('checks against node definitions when asked: unknown type and missing required input, before sending', async () => {
     await load(flowWith({ type: 'graph-gen-submit', check: true }, { baseUrl: sandbox.url }));
