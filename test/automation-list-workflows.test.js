@@ -228,6 +228,21 @@ describe('automation-list-workflows', () => {
       assert.deepEqual(ids, original);
     });
 
+    it('split: page drops repeats too: no id twice across the page messages', async () => {
+      sandbox.service.seed(300);
+      const original = sandbox.service.workflows.map((wf) => wf.id);
+      sandbox.service.events.once('listed', () => sandbox.service.prepend(1));
+      const { out } = await load({ mode: 'all', split: 'page', limit: '100' });
+      helper.getNode('list').receive({});
+      const pages = [];
+      for (let n = 1; n <= 4; n++) pages.push(await out.next(n));
+      assert.equal(pages.at(-1).parts.count, 4);
+      assert.deepEqual(
+        pages.flatMap((m) => m.payload.map((wf) => wf.id)),
+        original,
+      );
+    });
+
     it('stops with an error when the service repeats a cursor', async () => {
       sandbox.service.misbehave = 'repeat-cursor';
       const { error, status } = await failure({ mode: 'all', limit: '10' });
@@ -399,7 +414,7 @@ describe('automation-list-workflows', () => {
       assert.equal(listRequests(sandbox).length, 3);
     });
 
-    it('waits as long as Retry-After asks before retrying', async () => {
+    it('waits as long as Retry-After asks before retrying (503, and a 429 rate limit)', async () => {
       sandbox.faults.add({ path: '/api/v1/workflows', status: 503, retryAfter: '0.3', times: 1 });
       const { out } = await load();
       const started = Date.now();
@@ -407,6 +422,12 @@ describe('automation-list-workflows', () => {
       await out.next();
       assert.ok(Date.now() - started >= 280, `waited ${Date.now() - started} ms`);
       assert.equal(listRequests(sandbox).length, 2);
+      sandbox.faults.add({ path: '/api/v1/workflows', status: 429, retryAfter: '0.2', times: 1 });
+      const again = Date.now();
+      helper.getNode('list').receive({});
+      await out.next(2);
+      assert.ok(Date.now() - again >= 180, `waited ${Date.now() - again} ms`);
+      assert.equal(listRequests(sandbox).length, 4);
     });
 
     it('gives up after the retries with server_error, then network, without the key', async () => {
