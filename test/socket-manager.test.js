@@ -197,6 +197,27 @@ describe('socket manager', () => {
     assert.deepEqual(listen(aged, 'old').events, [], 'an old kept job was dropped');
   });
 
+  it('bounds the preview bytes it keeps for jobs nobody awaits, keeping their other events', async () => {
+    const sockets = manager({ limits: { keptFrameBytes: 1000 } });
+    await sockets.ready(5000);
+    const preview = (id) => encodePreviewWithMetadata({ prompt_id: id }, Buffer.alloc(400, 1));
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_start', data: { prompt_id: 'big' } }));
+    for (let i = 0; i < 3; i++) sandbox.events.sendRaw(preview('big'));
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_success', data: { prompt_id: 'big' } }));
+    sandbox.events.sendRaw(preview('next'));
+    await until(() => sockets.stats.framesReceived >= 7, 'the frames');
+    assert.equal(sockets.keptFrameBytes, 800, "two previews fit; the third and the next job's do not");
+    assert.deepEqual(listen(sockets, 'big').types(), [
+      'execution_start',
+      'preview',
+      'preview',
+      'execution_success',
+    ]);
+    assert.equal(sockets.keptFrameBytes, 0, 'a replay frees what it kept');
+    sandbox.events.sendRaw(preview('after'));
+    await until(() => sockets.keptFrameBytes === 400, 'room again for a preview');
+  });
+
   it('gives prompt-less binary frames (types 1 and 3) to the job that is executing', async () => {
     const sockets = manager();
     await sockets.ready(5000);

@@ -43,6 +43,11 @@ export interface BufferLimits {
   maxAgeMs: number;
   /** Binary frames larger than this are dropped. */
   maxFrameBytes: number;
+  /**
+   * Bytes of previews and texts kept for all such jobs together; further ones are dropped (a cloud socket
+   * gets every job of the key, awaited or not, and previews are the bulk of it).
+   */
+  keptFrameBytes: number;
 }
 
 export type LogLevel = 'debug' | 'warn';
@@ -105,6 +110,7 @@ export class SocketManager {
     jobs: 2_000,
     maxAgeMs: 10 * 60_000,
     maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
+    keptFrameBytes: 64 * 1024 * 1024,
   };
 
   readonly stats: SocketStats = {
@@ -132,6 +138,8 @@ export class SocketManager {
   private closed = false;
   /** The job that binary frames without a prompt_id (types 1 and 3) belong to. */
   private executingPrompt?: string;
+  /** Bytes of the binary frames in `buffered`. */
+  private keptBytes = 0;
   private reconnectTimer?: NodeJS.Timeout;
   private reconnectAt = 0;
   private pingTimer?: NodeJS.Timeout;
@@ -213,7 +221,7 @@ export class SocketManager {
     this.ensureOpen();
     const kept = this.buffered.get(promptId);
     if (kept) {
-      this.buffered.delete(promptId);
+      this.forget(promptId, kept);
       for (const event of kept.events) listener(event);
     }
     let subscribed = true;
@@ -237,6 +245,7 @@ export class SocketManager {
     this.cancelGrace();
     for (const waiter of [...this.waiters]) waiter.finish(false);
     this.buffered.clear();
+    this.keptBytes = 0;
     this.listeners.clear();
     await this.closeSocket();
     this.setState('closed');
@@ -520,25 +529,42 @@ export class SocketManager {
   }
 
   private keep(promptId: string, event: SocketEvent): void {
+    const size = frameBytes(event);
+    if (size > 0 && this.keptBytes + size > this.limits.keptFrameBytes) {
+      this.stats.bufferedEventsDropped += 1;
+      return;
+    }
     const now = Date.now();
     let entry = this.buffered.get(promptId);
     if (!entry) {
       // Map order is insertion order: the oldest kept jobs are at the front.
       for (const [id, kept] of this.buffered) {
         if (this.buffered.size < this.limits.jobs && now - kept.firstAt <= this.limits.maxAgeMs) break;
-        this.buffered.delete(id);
+        this.forget(id, kept);
         this.stats.bufferedEventsDropped += kept.events.length;
       }
       entry = { firstAt: now, events: [] };
       this.buffered.set(promptId, entry);
     }
     entry.events.push(event);
+    this.keptBytes += size;
     this.stats.eventsBuffered += 1;
     if (entry.events.length > this.limits.eventsPerJob) {
       const lossy = entry.events.findIndex((kept) => LOSSY_EVENTS.has(kept.type));
-      entry.events.splice(lossy >= 0 ? lossy : 0, 1);
+      const [dropped] = entry.events.splice(lossy >= 0 ? lossy : 0, 1);
+      this.keptBytes -= frameBytes(dropped);
       this.stats.bufferedEventsDropped += 1;
     }
+  }
+
+  private forget(promptId: string, kept: BufferedJob): void {
+    this.buffered.delete(promptId);
+    for (const event of kept.events) this.keptBytes -= frameBytes(event);
+  }
+
+  /** Bytes of previews and texts kept for jobs nobody awaits yet. */
+  get keptFrameBytes(): number {
+    return this.keptBytes;
   }
 
   private rememberEnded(promptId: string): void {
@@ -598,6 +624,13 @@ export function socketAddress(baseUrl: string, clientId: string, apiKey?: string
   url.searchParams.set('clientId', clientId);
   if (apiKey) url.searchParams.set('token', apiKey);
   return url.toString();
+}
+
+/** What a kept event's binary frame holds on to. */
+function frameBytes(event: SocketEvent | undefined): number {
+  const frame = event?.frame;
+  if (!frame) return 0;
+  return frame.type === 3 ? Buffer.byteLength(frame.text) + frame.nodeId.length : frame.image.length;
 }
 
 /** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
