@@ -74,8 +74,12 @@ describe('graph-gen-download', () => {
   it('one msg per file for an array and for an await-job result', async () => {
     await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
     const two = messages('out', 2);
-    helper.getNode('n').receive({ payload: [fox, owl] });
+    helper.getNode('n').receive({ payload: [fox, owl], topic: 'batch', mine: { keep: 1 } });
     const [first, second] = await two;
+    for (const msg of [first, second]) {
+      assert.equal(msg.topic, 'batch');
+      assert.deepEqual(msg.mine, { keep: 1 });
+    }
     assert.equal(first.filename, fox.filename);
     assert.equal(second.filename, owl.filename);
     assert.ok(second.payload.equals(owlBytes));
@@ -100,8 +104,12 @@ describe('graph-gen-download', () => {
         { baseUrl: cloud.url },
       ),
     );
-    const msg = await outputOf('n', { payload: fox });
+    const msg = await outputOf('n', { payload: fox, topic: 'saved', mine: 2 });
     assert.equal(msg.payload, path.join(target, fox.filename));
+    assert.equal(msg.topic, 'saved');
+    assert.equal(msg.mine, 2);
+    assert.equal(msg.filename, fox.filename);
+    assert.deepEqual(msg.file, fox);
     assert.ok(fs.readFileSync(msg.payload).equals(foxBytes));
     fs.writeFileSync(msg.payload, 'mine');
     cloud.counters.reset();
