@@ -319,6 +319,29 @@ describe('graph-gen-await-job', () => {
     assert.equal((await done.next(2)).payload.prompt_id, waiting.id);
   });
 
+  it('closes the socket at once when the flow stops, without waiting out the idle grace time', async () => {
+    const timings = SocketManager.defaultTimings;
+    SocketManager.defaultTimings = { ...timings, graceMs: 60_000 };
+    try {
+      const { node, connection } = await load();
+      assert.equal(await connection.sockets().ready(5000), true);
+      const job = sandbox.jobs.submit(
+        workflow({ 2: { class_type: 'SandboxHang', inputs: {} } }),
+        connection.clientId,
+      );
+      node.receive({ prompt_id: job.id });
+      await until(() => job.state === 'in_progress', 'the job to run');
+      const started = Date.now();
+      await helper.unload();
+      await until(() => sandbox.counters.socketsOpen === 0, 'the socket to close', 3000);
+      assert.ok(Date.now() - started < 2000, `closed after ${Date.now() - started} ms`);
+      assert.equal(connection.sockets().state, 'closed');
+      sandbox.jobs.cancel(job.id);
+    } finally {
+      SocketManager.defaultTimings = timings;
+    }
+  });
+
   it('shows unauthorized when the socket handshake is refused and does not spin', async () => {
     const { node, done, status } = await load({}, { cfg: { apiKey: 'wrong-key-0042' } });
     node.receive({ prompt_id: 'whatever' });
