@@ -365,6 +365,12 @@ describe('socket manager', () => {
     assert.deepEqual(otherStates, states, 'every user is told');
     assert.equal(await sockets.ready(1000), false, 'ready answers at once while backing off');
     for (const line of logs) assert.equal(line.includes('wrong-key-123'), false, line);
+
+    sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 403, times: Infinity });
+    const forbidden = manager({ timings: { ...fast, backoffMaxMs: 30_000 } });
+    forbidden.register({});
+    assert.equal(await forbidden.ready(2000), false);
+    assert.equal(forbidden.state, 'unauthorized', 'a 403 handshake is a refusal too');
   });
 
   it('opens a new socket when it is used while its idle close is still under way', async () => {
