@@ -109,6 +109,36 @@ describe('job tracking against the sandbox', () => {
     assert.ok(sandbox.counters.count(`/api/jobs/${job.id}`) >= 1, 'outputs from /api/jobs');
   });
 
+  it('checks each job after a reconnect: one that ended while the socket was down resolves with its outputs', async () => {
+    const { sandbox, connection } = await setUp();
+    const tracker = new JobTracker(connection, {
+      pollInitialMs: 60_000,
+      pollMaxMs: 60_000,
+      firstCheckMs: 60_000,
+    });
+    open.push({ close: async () => tracker.close() });
+    assert.equal(await connection.sockets().ready(5000), true);
+    const job = sandbox.jobs.submit(
+      workflow({ 25: { class_type: 'SandboxSlow', inputs: { ms: 300 } } }),
+      connection.clientId,
+    );
+    const pending = tracker.track(job.id);
+    await until(() => job.state === 'in_progress', 'the job to run');
+    sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
+    sandbox.events.dropSockets();
+    await until(() => job.state === 'completed', 'the job to end while the socket is down');
+    sandbox.counters.reset();
+    sandbox.faults.clear();
+    const reopened = Date.now();
+    const result = await pending;
+    assert.ok(Date.now() - reopened < 3000, 'resolved by the check after the reconnect, not by polling');
+    assert.equal(result.status, 'completed');
+    assert.deepEqual(result.outputs, job.outputs, 'the missed outputs were read over REST');
+    assert.equal(result.outputs_incomplete, undefined);
+    assert.ok(sandbox.counters.count(`/api/job/${job.id}/status`) >= 1);
+    assert.equal(sandbox.counters.socketsOpened, 1);
+  });
+
   it('falls back from /api/jobs to history_v2 to history, and says outputs_incomplete when none has them', async () => {
     const { sandbox, tracker } = await setUp();
     sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
