@@ -109,6 +109,30 @@ describe('job tracking against the sandbox', () => {
     assert.ok(sandbox.counters.count(`/api/jobs/${job.id}`) >= 1, 'outputs from /api/jobs');
   });
 
+  it('polls a job while the socket is down at a growing interval, up to the maximum', async () => {
+    const { sandbox, connection } = await setUp();
+    const tracker = new JobTracker(connection, { pollInitialMs: 40, pollMaxMs: 160, firstCheckMs: 60_000 });
+    open.push({ close: async () => tracker.close() });
+    sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
+    const job = sandbox.jobs.submit(workflow({ 2: { class_type: 'SandboxHang', inputs: {} } }));
+    const times = [];
+    const record = sandbox.counters.record.bind(sandbox.counters);
+    sandbox.counters.record = (seen) => {
+      if (seen.path === `/api/job/${job.id}/status`) times.push(Date.now());
+      return record(seen);
+    };
+    const started = Date.now();
+    const pending = tracker.track(job.id);
+    await until(() => times.length >= 8, 'eight polls', 8000);
+    const gaps = [times[0] - started, ...times.slice(1).map((t, i) => t - times[i])];
+    assert.ok(gaps[0] < 120, `first poll after ${gaps[0]} ms`);
+    assert.ok(gaps[3] > gaps[0], `the interval grows: ${gaps.join(', ')}`);
+    for (const gap of gaps.slice(-3))
+      assert.ok(gap >= 140 && gap < 600, `capped near 160 ms: ${gaps.join(', ')}`);
+    sandbox.jobs.cancel(job.id);
+    assert.equal((await pending).status, 'cancelled');
+  });
+
   it('checks each job after a reconnect: one that ended while the socket was down resolves with its outputs', async () => {
     const { sandbox, connection } = await setUp();
     const tracker = new JobTracker(connection, {
