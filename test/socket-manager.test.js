@@ -301,6 +301,11 @@ describe('socket manager', () => {
       ['open', 'open+', 'open+', 'open+'],
     );
     assert.ok(states.includes('down'));
+    const job = sandbox.jobs.submit(workflow(), 'client-0');
+    const { events } = listen(sockets, job.id);
+    await until(() => events.some((e) => e.type === 'execution_success'), 'a job on the new socket');
+    const previews = events.filter((e) => e.type === 'preview');
+    assert.ok(previews.length > 0 && previews.every((e) => e.frame.type === 4), 'feature_flags sent again');
   });
 
   it('reconnects with full-jitter backoff doubling to the cap, reset after a stable connection', async () => {
