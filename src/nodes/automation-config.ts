@@ -8,7 +8,7 @@ import type { Request, Response } from 'express';
 import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '../automation/client';
 import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
-import { asServiceError, substituteEnvVars, substituteEnvVarsIn } from './node-helpers';
+import { asServiceError, keyForConnectionTest, substituteEnvVarsIn } from './node-helpers';
 
 interface AutomationConfigDef extends NodeDef {
   deployment?: string;
@@ -35,9 +35,6 @@ interface AutomationConfigNode extends Node<AutomationCredentials> {
   /** Why there is no client, in a sentence. */
   settingsError?: string;
 }
-
-/** The value Node-RED's editor sends for a password credential that was not changed. */
-const UNCHANGED_PASSWORD = '__PWRD__';
 
 function numberSetting(value: string | number | undefined, fallback: number, min: number): number {
   if (value === undefined || String(value).trim() === '') return fallback;
@@ -151,14 +148,7 @@ export = function (RED: NodeAPI) {
     RED.auth.needsPermission('automation-config.write'),
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as Partial<AutomationConfigDef> & { apiKey?: string };
-      let apiKey = typeof body.apiKey === 'string' ? body.apiKey : undefined;
-      // An unchanged password field comes back as a placeholder: use the key stored for that node.
-      if ((apiKey === undefined || apiKey === UNCHANGED_PASSWORD) && typeof body.id === 'string') {
-        const stored = RED.nodes.getCredentials(body.id) as AutomationCredentials | undefined;
-        apiKey = stored?.apiKey;
-      }
-      if (apiKey === UNCHANGED_PASSWORD) apiKey = undefined;
-      testConnection(clientSettings(substituteEnvVarsIn(body), substituteEnvVars(apiKey))).then(
+      testConnection(clientSettings(substituteEnvVarsIn(body), keyForConnectionTest(RED, body))).then(
         (answer) => res.json(answer),
         (error: unknown) => res.json({ ok: false, message: asServiceError(error).message }),
       );

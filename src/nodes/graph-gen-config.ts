@@ -7,7 +7,7 @@ import type { Node, NodeAPI, NodeDef } from 'node-red';
 import type { Request, Response } from 'express';
 import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
 import { checkConnection } from '../generation/connection-check';
-import { substituteEnvVars } from './node-helpers';
+import { keyForConnectionTest, substituteEnvVars } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -18,9 +18,6 @@ interface GraphGenCredentials {
   apiKey?: string;
   partnerKey?: string;
 }
-
-/** What the editor sends for a password field whose stored value was left unchanged. */
-const UNCHANGED_PASSWORD = '__PWRD__';
 
 function graphGenConfig(RED: NodeAPI): void {
   function GraphGenConfig(this: graphGenConfig.GraphGenConfigNode, def: GraphGenConfigDef): void {
@@ -50,16 +47,10 @@ function graphGenConfig(RED: NodeAPI): void {
     RED.auth.needsPermission('graph-gen-config.write'),
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as { id?: string; baseUrl?: string; apiKey?: string };
-      let apiKey = body.apiKey;
-      if ((apiKey === undefined || apiKey === UNCHANGED_PASSWORD) && body.id) {
-        const stored = RED.nodes.getCredentials(body.id) as GraphGenCredentials | undefined;
-        apiKey = stored?.apiKey;
-      }
-      if (apiKey === UNCHANGED_PASSWORD) apiKey = undefined;
       // The dialog sends raw values: `${VAR}` references are resolved here as a deploy would.
       checkConnection(
         substituteEnvVars(String(body.baseUrl ?? '')).trim(),
-        substituteEnvVars(apiKey) || undefined,
+        keyForConnectionTest(RED, body),
       ).then(
         (result) => res.json(result),
         (error: unknown) =>

@@ -112,3 +112,22 @@ export function handleMessages<M extends NodeMessageInFlow>(
     done();
   });
 }
+
+/** What Node-RED's editor sends for a password credential that was left unchanged. */
+const UNCHANGED_PASSWORD = '__PWRD__';
+
+/**
+ * The key a "test connection" request means: the one typed in the dialog, or the node's stored one when the
+ * field was left unchanged (the editor never sends a stored key back), with `${VAR}` resolved as a deploy does.
+ */
+export function keyForConnectionTest(
+  RED: NodeAPI,
+  body: { id?: unknown; apiKey?: unknown },
+): string | undefined {
+  let key = typeof body.apiKey === 'string' ? body.apiKey : undefined;
+  if ((key === undefined || key === UNCHANGED_PASSWORD) && typeof body.id === 'string' && body.id) {
+    key = (RED.nodes.getCredentials(body.id) as { apiKey?: string } | undefined)?.apiKey;
+  }
+  if (key === UNCHANGED_PASSWORD) return undefined;
+  return substituteEnvVars(key) || undefined;
+}
