@@ -15,7 +15,7 @@ import {
   type Workflow,
 } from '../automation/client';
 import { invalidInput } from '../http/errors';
-import { evaluateProperty, shortText, statusFailed, handleMessages } from './node-helpers';
+import { evaluateProperty, statusFailed, handleMessages, statusOk } from './node-helpers';
 
 interface ListWorkflowsDef extends NodeDef {
   server: string;
@@ -45,12 +45,8 @@ interface AutomationConfigNode extends Node {
 /** TypedInput types whose value is the setting itself rather than a place to read it from. */
 const LITERAL_TYPES = new Set(['', 'filter', 'num', 'str', 'bool']);
 
-function working(text: string): NodeStatus {
-  return { fill: 'green', shape: 'dot', text: shortText(text) };
-}
-
 function counted(count: number, more = false): NodeStatus {
-  return working(`${count} workflow${count === 1 ? '' : 's'}${more ? ', more' : ''}`);
+  return statusOk(`${count} workflow${count === 1 ? '' : 's'}${more ? ', more' : ''}`);
 }
 
 export = function (RED: NodeAPI) {
@@ -106,7 +102,7 @@ export = function (RED: NodeAPI) {
       };
 
       if (mode === 'page') {
-        node.status(working('page…'));
+        node.status(statusOk('page…'));
         const page = await client.listPage({ active, limit, cursor }, signal);
         consumeCursor(msg);
         msg.payload = page.data;
@@ -120,7 +116,7 @@ export = function (RED: NodeAPI) {
       const workflows: Workflow[] = [];
       const partsId = RED.util.generateId();
       let listed = 0;
-      node.status(working('page 1…'));
+      node.status(statusOk('page 1…'));
       for await (const page of client.walk({ active, limit }, { cursor, maxPages, signal })) {
         const fresh = filter.fresh(page.data);
         if (splitPages) {
@@ -142,7 +138,7 @@ export = function (RED: NodeAPI) {
           for (const workflow of fresh) workflows.push(workflow);
         }
         listed += fresh.length;
-        if (page.nextCursor !== undefined) node.status(working(`page ${page.number + 1}…`));
+        if (page.nextCursor !== undefined) node.status(statusOk(`page ${page.number + 1}…`));
       }
       node.status(counted(listed));
       if (!splitPages) {

@@ -7,7 +7,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { JobTracker, type JobProgress, type JobResult } from '../generation/job-tracker';
-import { evaluateProperty, fail, shortText, statusFailed } from './node-helpers';
+import { evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
 import type graphGenConfig from './graph-gen-config';
 
 interface AwaitJobDef extends NodeDef {
@@ -79,16 +79,11 @@ export = function (RED: NodeAPI): void {
         const latest = running.reduce((a, b) => (b.lastChange > a.lastChange ? b : a));
         const step = latest.step ? ` ${latest.step.value}/${latest.step.max}` : '';
         const label = `${text('status.running')} ${latest.node ?? ''}${step}`;
-        return { fill: 'green', shape: 'dot', text: shortText(label.replace(/\s+/g, ' ').trim()) };
+        return statusOk(label.replace(/\s+/g, ' ').trim());
       }
-      if (tracker.connectionState === 'down')
-        return { fill: 'yellow', shape: 'ring', text: text('status.reconnecting') };
+      if (tracker.connectionState === 'down') return statusWaiting(text('status.reconnecting'));
       const queued = tracker.queueRemaining ?? jobs.length;
-      return {
-        fill: 'yellow',
-        shape: 'ring',
-        text: shortText(`${text('status.queued')} ${queued}`),
-      };
+      return statusWaiting(`${text('status.queued')} ${queued}`);
     }
 
     function scheduleStatus(): void {
@@ -103,7 +98,7 @@ export = function (RED: NodeAPI): void {
       (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
       msg.payload = result;
       if (result.status === 'completed') {
-        lastOutcome = { fill: 'green', shape: 'dot', text: text('status.done') };
+        lastOutcome = statusOk(text('status.done'));
         send([msg, null, null]);
       } else {
         const reason =

@@ -5,8 +5,13 @@
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/downloads';
-import type { GraphGenConfigNode } from './graph-gen-config';
-import { evaluateProperty, shortText, handleMessages } from './node-helpers';
+import {
+  evaluateProperty,
+  handleMessages,
+  generationConnection,
+  statusWaiting,
+  statusOk,
+} from './node-helpers';
 
 interface DownloadDef extends NodeDef {
   server: string;
@@ -46,19 +51,15 @@ export = function (RED: NodeAPI) {
       send: (msg: NodeMessage) => void,
       signal: AbortSignal,
     ): Promise<void> {
-      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
-      if (!config?.connection)
-        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+      const connection = generationConnection(RED, def.server);
       const references = referencesOf(msg.payload);
       if (references.length === 0) throw invalidInput('msg.payload names no file to download');
       const directory = mode === 'file' ? await directoryFor(msg) : undefined;
-      const rest = config.connection.rest;
+      const rest = connection.rest;
       for (const [index, ref] of references.entries()) {
-        node.status({
-          fill: 'yellow',
-          shape: 'ring',
-          text: shortText(references.length > 1 ? `file ${index + 1}/${references.length}…` : 'downloading…'),
-        });
+        node.status(
+          statusWaiting(references.length > 1 ? `file ${index + 1}/${references.length}…` : 'downloading…'),
+        );
         // The last file goes out on the msg itself, earlier ones on copies.
         const out = (index === references.length - 1 ? msg : RED.util.cloneMessage(msg)) as DownloadMessage;
         if (directory !== undefined) {
@@ -74,11 +75,7 @@ export = function (RED: NodeAPI) {
         out.file = ref;
         send(out);
       }
-      node.status({
-        fill: 'green',
-        shape: 'dot',
-        text: shortText(references.length === 1 ? 'downloaded' : `${references.length} files`),
-      });
+      node.status(statusOk(references.length === 1 ? 'downloaded' : `${references.length} files`));
     }
 
     handleMessages<DownloadMessage>(node, handle);

@@ -5,8 +5,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { promptIdOfQueueElement } from '../generation/rest-client';
-import type { GraphGenConfigNode } from './graph-gen-config';
-import { shortText, handleMessages } from './node-helpers';
+import { handleMessages, generationConnection, statusOk } from './node-helpers';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
 const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
@@ -51,31 +50,25 @@ export = function (RED: NodeAPI) {
     const node = this;
 
     async function handle(msg: QueueMessage): Promise<void> {
-      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
-      if (!config?.connection)
-        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+      const connection = generationConnection(RED, def.server);
       const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
       if (!ACTIONS.includes(action as QueueAction)) {
         throw invalidInput(`msg.action must be list, cancel or interrupt, not ${JSON.stringify(action)}`);
       }
-      const rest = config.connection.rest;
+      const rest = connection.rest;
       if (action === 'list') {
         const queue = await rest.queue();
         msg.payload = queue;
         msg.running = idsOf(queue.queue_running);
         msg.pending = idsOf(queue.queue_pending);
-        node.status({
-          fill: 'green',
-          shape: 'dot',
-          text: shortText(`${msg.running.length} running, ${msg.pending.length} queued`),
-        });
+        node.status(statusOk(`${msg.running.length} running, ${msg.pending.length} queued`));
       } else if (action === 'cancel') {
         const ids = idsToCancel(msg);
         msg.payload = await rest.cancel(ids);
-        node.status({ fill: 'green', shape: 'dot', text: shortText(`cancelled ${ids.length}`) });
+        node.status(statusOk(`cancelled ${ids.length}`));
       } else {
         msg.payload = await rest.interrupt();
-        node.status({ fill: 'green', shape: 'dot', text: 'interrupted' });
+        node.status(statusOk('interrupted'));
       }
     }
 

@@ -14,8 +14,7 @@ import {
   validateWorkflow,
   type Workflow,
 } from '../generation/workflow';
-import type { GraphGenConfigNode } from './graph-gen-config';
-import { shortText, handleMessages } from './node-helpers';
+import { handleMessages, generationConnection, statusWaiting, statusOk } from './node-helpers';
 
 interface SubmitDef extends NodeDef {
   server: string;
@@ -61,17 +60,14 @@ export = function (RED: NodeAPI) {
     }
 
     async function handle(msg: SubmitMessage): Promise<void> {
-      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
-      if (!config?.connection)
-        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
-      const connection = config.connection;
+      const connection = generationConnection(RED, def.server);
       const template = validateWorkflow(templateFor(msg));
       const prompt: Workflow = validateWorkflow(applyOverrides(template, msg.inputs));
 
       const partnerKey = connection.settings.partnerKey;
       let sendPartnerKey = partnerMode === 'always' || (partnerMode === 'auto' && msg.partner === true);
       if (def.check || (partnerMode === 'auto' && !sendPartnerKey && partnerKey)) {
-        node.status({ fill: 'yellow', shape: 'ring', text: 'checking…' });
+        node.status(statusWaiting('checking…'));
         const definitions = await connection.rest.definitionsFor(classTypesOf(prompt));
         if (def.check) checkAgainstDefinitions(prompt, (type) => definitions[type]);
         if (
@@ -97,7 +93,7 @@ export = function (RED: NodeAPI) {
       const extraData =
         sendPartnerKey && partnerKey ? { [connection.settings.partnerKeyField]: partnerKey } : undefined;
 
-      node.status({ fill: 'yellow', shape: 'ring', text: 'submitting…' });
+      node.status(statusWaiting('submitting…'));
       // Wait (bounded) for the shared socket so no event of the new job is missed; without it the job is
       // still submitted and carried by status polling.
       await connection
@@ -108,11 +104,7 @@ export = function (RED: NodeAPI) {
       msg.prompt_id = result.prompt_id;
       msg.payload = result;
       msg.workflow = prompt;
-      node.status({
-        fill: 'green',
-        shape: 'dot',
-        text: shortText(`submitted ${result.prompt_id.slice(0, 8)}`),
-      });
+      node.status(statusOk(`submitted ${result.prompt_id.slice(0, 8)}`));
     }
 
     handleMessages<SubmitMessage>(node, async (msg, send) => {

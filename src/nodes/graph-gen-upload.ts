@@ -2,10 +2,15 @@
  * graph-gen-upload: uploads an image (or a mask) from a Buffer or a local file path, streamed. Thin: the
  * upload itself lives in src/generation/rest-client.ts.
  */
-import type { Node, NodeAPI, NodeDef, NodeMessageInFlow, NodeStatus } from 'node-red';
+import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import type { GraphGenConfigNode } from './graph-gen-config';
-import { evaluateProperty, shortText, handleMessages } from './node-helpers';
+import {
+  evaluateProperty,
+  handleMessages,
+  generationConnection,
+  statusWaiting,
+  statusOk,
+} from './node-helpers';
 
 interface UploadDef extends NodeDef {
   server: string;
@@ -23,10 +28,6 @@ type UploadMessage = NodeMessageInFlow & {
   original_ref?: unknown;
 };
 
-function working(text: string): NodeStatus {
-  return { fill: 'yellow', shape: 'ring', text: shortText(text) };
-}
-
 function booleanOf(value: unknown, name: string): boolean {
   if (typeof value === 'boolean') return value;
   if (value === 'true') return true;
@@ -41,9 +42,7 @@ export = function (RED: NodeAPI) {
     const node = this;
 
     async function handle(msg: UploadMessage, signal: AbortSignal): Promise<void> {
-      const config = RED.nodes.getNode(def.server) as GraphGenConfigNode | null;
-      if (!config?.connection)
-        throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+      const connection = generationConnection(RED, def.server);
       const filenameSetting = await evaluateProperty(
         RED,
         node,
@@ -65,8 +64,8 @@ export = function (RED: NodeAPI) {
           'msg.payload must be a Buffer (the file) or a string (a local file path) to upload',
         );
       }
-      node.status(working(mask ? 'uploading mask…' : 'uploading…'));
-      const result = await config.connection.rest.upload({
+      node.status(statusWaiting(mask ? 'uploading mask…' : 'uploading…'));
+      const result = await connection.rest.upload({
         source: msg.payload,
         filename: (filenameSetting as string | undefined) || undefined,
         type,
@@ -77,7 +76,7 @@ export = function (RED: NodeAPI) {
       });
       msg.payload = result;
       msg.filename = result.name;
-      node.status({ fill: 'green', shape: 'dot', text: shortText(`uploaded ${result.name}`) });
+      node.status(statusOk(`uploaded ${result.name}`));
     }
 
     handleMessages<UploadMessage>(node, async (msg, send, signal) => {

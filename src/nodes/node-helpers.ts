@@ -3,7 +3,9 @@
  * it, and keep status texts short. Node files stay thin by calling these.
  */
 import type { Node, NodeAPI, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
-import { ServiceError } from '../http/errors';
+import { ServiceError, invalidInput } from '../http/errors';
+import type { GenerationConnection } from '../generation/connection';
+import type { GraphGenConfigNode } from './graph-gen-config';
 
 /** Evaluates a TypedInput property for one message (callback form: JSONata and async context need it). */
 export function evaluateProperty(
@@ -36,6 +38,16 @@ const MAX_STATUS_TEXT = 19;
 
 export function shortText(text: string): string {
   return text.length > MAX_STATUS_TEXT ? `${text.slice(0, MAX_STATUS_TEXT - 1)}…` : text;
+}
+
+/** Waiting on the service (a request or a job in flight): yellow ring. */
+export function statusWaiting(text: string): NodeStatus {
+  return { fill: 'yellow', shape: 'ring', text: shortText(text) };
+}
+
+/** Working or done, all well: green dot. */
+export function statusOk(text: string): NodeStatus {
+  return { fill: 'green', shape: 'dot', text: shortText(text) };
 }
 
 export function statusFailed(reason: string): NodeStatus {
@@ -130,4 +142,13 @@ export function keyForConnectionTest(
   }
   if (key === UNCHANGED_PASSWORD) return undefined;
   return substituteEnvVars(key) || undefined;
+}
+
+/** The connection of a generation node's config node, or a refusal that says to pick one. */
+export function generationConnection(RED: NodeAPI, serverId: string): GenerationConnection {
+  const config = RED.nodes.getNode(serverId) as GraphGenConfigNode | null;
+  if (!config?.connection) {
+    throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
+  }
+  return config.connection;
 }
