@@ -4,7 +4,7 @@
  * while the socket is down, and the outputs fetched over REST when events may have been missed. One tracker
  * per await-job node; it follows any number of jobs at once. No Node-RED inside.
  */
-import type { HttpClient } from '../http/client';
+import type { GenerationConnection } from './connection';
 import type { ImageType, PreviewMetadata } from './frames';
 import { fetchOutputs, filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
 import {
@@ -15,12 +15,10 @@ import {
   type StatusAnswer,
 } from './job-status';
 import { isTerminal } from './status-words';
-import type { ConnectionState, SocketEvent, SocketManager, SocketUser } from './socket-manager';
+import type { ConnectionState, SocketEvent, SocketUser } from './socket-manager';
 
-export interface JobConnection {
-  http: HttpClient;
-  sockets(): SocketManager;
-}
+/** What a tracker uses of a config node's connection. */
+export type JobConnection = Pick<GenerationConnection, 'http' | 'rest' | 'sockets'>;
 
 export type JobEndStatus = 'completed' | 'failed' | 'cancelled' | 'timeout';
 
@@ -425,8 +423,8 @@ export class JobTracker {
   private timeout(job: TrackedJob): void {
     if (job.ending) return;
     if (job.options.cancelOnTimeout) {
-      this.connection.http
-        .json('/api/queue', { method: 'POST', json: { delete: [job.promptId] }, action: 'cancelling a job' })
+      this.connection.rest
+        .cancel([job.promptId])
         .catch((error: unknown) =>
           this.log(
             'warn',
