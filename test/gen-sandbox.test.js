@@ -105,7 +105,13 @@ describe('generation sandbox REST service', () => {
     for (const path of [`/api/history_v2/${job.id}`, `/api/history/${job.id}`]) {
       const history = await (await get(cloud, path)).json();
       assert.deepEqual(history[job.id].outputs, job.outputs);
-      assert.deepEqual(history[job.id].status, { status_str: 'success', completed: true, messages: [] });
+      const status = history[job.id].status;
+      assert.equal(status.status_str, 'success');
+      assert.equal(status.completed, true);
+      assert.deepEqual(
+        status.messages.map(([event]) => event),
+        ['execution_start', 'execution_success'],
+      );
     }
     Object.assign(cloud.generation.options, {
       jobsEndpoint: false,

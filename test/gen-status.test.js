@@ -70,15 +70,16 @@ describe('generation REST node statuses', () => {
     sandbox.jobs.jobs.clear();
     const job = sandbox.jobs.submit(textToImage(), 'client');
     job.state = 'in_progress';
+    const waiting = [1, 2].map(() => sandbox.jobs.submit(textToImage(), 'client').id);
     const queue = await statusesOf({ type: 'graph-gen-queue' }, [
       {},
-      { action: 'cancel', prompt_id: ['a', 'b'] },
+      { action: 'cancel', prompt_id: waiting },
       { action: 'interrupt' },
     ]);
     assertShort(queue);
     assert.deepEqual(
       queue.map((status) => status.text),
-      ['1 running, 0 queued', 'cancelled 2', 'interrupted'],
+      ['1 running, 2 queued', 'cancelled 2', 'interrupted'],
     );
   });
 
@@ -87,10 +88,10 @@ describe('generation REST node statuses', () => {
     const seen = statuses('n');
     await failureOf('n', {});
     assert.deepEqual(seen.at(-1), { fill: 'red', shape: 'ring', text: 'invalid input' });
-    sandbox.faults.add({ path: '/api/queue', status: 402, body: { message: 'no credits' } });
+    sandbox.faults.add({ method: 'POST', path: '/api/queue', status: 402, body: { message: 'no credits' } });
     await failureOf('n', { prompt_id: 'x' });
     assert.deepEqual(seen.at(-1), { fill: 'red', shape: 'ring', text: 'no credits' });
-    sandbox.faults.add({ path: '/api/queue', status: 429, body: { message: 'inactive' } });
+    sandbox.faults.add({ method: 'POST', path: '/api/queue', status: 429, body: { message: 'inactive' } });
     await failureOf('n', { prompt_id: 'x' });
     assert.deepEqual(seen.at(-1), { fill: 'red', shape: 'ring', text: 'no subscription' });
   });

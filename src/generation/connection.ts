@@ -4,7 +4,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { HttpClient } from '../http/client';
-import { GenerationRestClient } from './rest-client';
+import { CancelRegistry } from './cancels';
+import { JobLookup } from './job-status';
+import { GenerationRestClient, promptIdOfQueueElement } from './rest-client';
 import { SocketManager } from './socket-manager';
 
 export interface GenerationSettings {
@@ -20,12 +22,33 @@ export interface GenerationSettings {
 
 export const DEFAULT_PARTNER_KEY_FIELD = 'api_key_service_org';
 
+/** What a cancel did to each job it named. */
+export interface CancelOutcome {
+  /** The answer to `POST /api/queue {delete}` (empty on self-hosted servers). */
+  body: unknown;
+  /** Taken out of the queue: they will never run. */
+  removed: string[];
+  /** They were running and got the targeted interrupt: they end with `execution_interrupted`. */
+  interrupted: string[];
+  /** In no queue when cancelled: ended already, or unknown to the service. */
+  notQueued: string[];
+}
+
+interface QueueIds {
+  running: Set<string>;
+  pending: Set<string>;
+}
+
 export class GenerationConnection {
   /** Sent as the socket's clientId and as client_id on submit: self-hosted servers route events by it. */
   readonly clientId = randomUUID();
   readonly http: HttpClient;
   /** The spec's REST calls (upload, submit, download, queue) on `http`. */
   readonly rest: GenerationRestClient;
+  /** Job status, outputs and errors over REST, on the routes this server has. */
+  readonly lookup: JobLookup;
+  /** Every cancel sent through this connection, for the await-job nodes. */
+  readonly cancels = new CancelRegistry();
   private socketManager?: SocketManager;
 
   constructor(readonly settings: GenerationSettings) {
@@ -36,6 +59,52 @@ export class GenerationConnection {
       serviceName: 'the generation service',
     });
     this.rest = new GenerationRestClient(this.http);
+    this.lookup = new JobLookup(this.http);
+  }
+
+  /**
+   * Cancels jobs wherever they are. `POST /api/queue {delete}` takes pending jobs out of the queue (a
+   * self-hosted server leaves a running job alone and sends no event), so a job still running afterwards
+   * also gets the targeted interrupt `POST /api/interrupt {prompt_id}`. The queue is read before and after
+   * to say what happened to each job; every await-job of this connection hears of it.
+   */
+  async cancel(promptIds: string[], signal?: AbortSignal): Promise<CancelOutcome> {
+    const before = await this.queueIds(signal);
+    const body = await this.rest.cancel(promptIds, signal);
+    const after = (await this.queueIds(signal)) ?? before;
+    const interrupted = promptIds.filter((id) => after?.running.has(id));
+    for (const id of interrupted) await this.rest.interrupt(id, signal);
+    const queued = (id: string) => !before || before.running.has(id) || before.pending.has(id);
+    const removed = promptIds.filter((id) => !interrupted.includes(id) && queued(id));
+    const notQueued = promptIds.filter((id) => !interrupted.includes(id) && !queued(id));
+    this.cancels.note(removed, 'removed');
+    this.cancels.note(interrupted, 'interrupted');
+    this.cancels.note(notQueued, 'requested');
+    return { body, removed, interrupted, notQueued };
+  }
+
+  /** Interrupts the running job: only `promptId` when given (and only if it is the one running). */
+  async interrupt(promptId?: string, signal?: AbortSignal): Promise<unknown> {
+    const body = await this.rest.interrupt(promptId, signal);
+    if (promptId) this.cancels.note([promptId], 'interrupted');
+    return body;
+  }
+
+  /** The ids in the queue, or undefined when the queue cannot be read (the cancel goes ahead without). */
+  private async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
+    try {
+      const queue = await this.rest.queue(signal);
+      const ids = (list: unknown) =>
+        new Set(
+          (Array.isArray(list) ? list : [])
+            .map(promptIdOfQueueElement)
+            .filter((id): id is string => id !== undefined),
+        );
+      return { running: ids(queue.queue_running), pending: ids(queue.queue_pending) };
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      return undefined;
+    }
   }
 
   /** The shared socket manager, created on first use. */

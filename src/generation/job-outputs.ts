@@ -1,8 +1,9 @@
 /**
- * A job's outputs: the `output` objects of its `executed` events merged per node, the flat list of file
- * references in them, and the REST fallbacks that give the outputs of a job whose events were missed.
+ * A job's outputs: the `output` objects of its `executed` events merged per node, and the flat list of file
+ * references in them. (The REST routes that give the outputs of a job whose events were missed are in
+ * job-status.ts.) Keyed by node ids the service sends, so keys are read as own properties and written with
+ * `setOwn`: a node id such as `__proto__` is a key like any other and never reaches Object.prototype.
  */
-import type { HttpClient } from '../http/client';
 
 export type JobOutputs = Record<string, Record<string, unknown>>;
 
@@ -18,11 +19,12 @@ export interface FileReference {
  */
 export function mergeOutput(outputs: JobOutputs, nodeId: string, output: unknown): void {
   if (!output || typeof output !== 'object' || Array.isArray(output)) return;
-  const merged = (outputs[nodeId] ??= {});
+  let merged = Object.hasOwn(outputs, nodeId) ? outputs[nodeId] : undefined;
+  if (!merged) setOwn(outputs, nodeId, (merged = {}));
   for (const [key, value] of Object.entries(output as Record<string, unknown>)) {
-    const existing = merged[key];
-    if (Array.isArray(value) && Array.isArray(existing)) merged[key] = existing.concat(value);
-    else merged[key] = Array.isArray(value) ? [...value] : value;
+    const existing = Object.hasOwn(merged, key) ? merged[key] : undefined;
+    if (Array.isArray(value) && Array.isArray(existing)) setOwn(merged, key, existing.concat(value));
+    else setOwn(merged, key, Array.isArray(value) ? [...value] : value);
   }
 }
 
@@ -59,65 +61,9 @@ export function filesOf(outputs: JobOutputs): FileReference[] {
   return files;
 }
 
-/** Keeps only objects keyed by node id whose values are objects: what `outputs` must look like. */
-function asOutputs(value: unknown): JobOutputs | undefined {
-  if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
-  const outputs: JobOutputs = {};
-  for (const [nodeId, output] of Object.entries(value as Record<string, unknown>)) {
-    if (output && typeof output === 'object' && !Array.isArray(output))
-      outputs[nodeId] = output as Record<string, unknown>;
-  }
-  return outputs;
-}
-
-/** A history-style body: `{<id>: {outputs}}`, or the entry itself, or `{history: [...]}`. */
-function outputsFromHistory(body: unknown, promptId: string): JobOutputs | undefined {
-  if (!body || typeof body !== 'object') return undefined;
-  const record = body as Record<string, unknown>;
-  const entry = (record[promptId] ?? record) as Record<string, unknown> | undefined;
-  if (entry && typeof entry === 'object' && 'outputs' in entry) return asOutputs(entry.outputs);
-  if (Array.isArray(record.history)) {
-    const found = (record.history as Array<Record<string, unknown>>).find(
-      (item) => item && (item.prompt_id === promptId || item.id === promptId),
-    );
-    if (found && 'outputs' in found) return asOutputs(found.outputs);
-  }
-  return undefined;
-}
-
-const OUTPUT_SOURCES: Array<{
-  path: (id: string) => string;
-  read: (body: unknown, id: string) => JobOutputs | undefined;
-}> = [
-  {
-    path: (id) => `/api/jobs/${encodeURIComponent(id)}`,
-    read: (body) => asOutputs((body as { outputs?: unknown } | undefined)?.outputs),
-  },
-  { path: (id) => `/api/history_v2/${encodeURIComponent(id)}`, read: outputsFromHistory },
-  { path: (id) => `/api/history/${encodeURIComponent(id)}`, read: outputsFromHistory },
-];
-
-/**
- * The outputs of a finished job from whichever endpoint the server has: `/api/jobs/{id}`, then
- * `/api/history_v2/{id}`, then `/api/history/{id}`. Undefined when none of them has them.
- */
-export async function fetchOutputs(
-  http: HttpClient,
-  promptId: string,
-  log: (message: string) => void = () => undefined,
-): Promise<JobOutputs | undefined> {
-  for (const source of OUTPUT_SOURCES) {
-    try {
-      const { status, body } = await http.json<unknown>(source.path(promptId), {
-        acceptStatus: [404, 405],
-        action: 'reading the outputs of a job',
-      });
-      if (status >= 300) continue;
-      const outputs = source.read(body, promptId);
-      if (outputs) return outputs;
-    } catch (error) {
-      log(`reading outputs of ${promptId} failed: ${http.redact(String(error))}`);
-    }
-  }
-  return undefined;
+/** Sets an own, enumerable property whatever its name (`obj[key] = value` with `__proto__` sets the prototype). */
+export function setOwn<T>(target: Record<string, T>, key: string, value: T): void {
+  if (key === '__proto__') {
+    Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  } else target[key] = value;
 }

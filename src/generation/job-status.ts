@@ -1,9 +1,14 @@
 /**
- * Asking the service where a job stands, on whichever route it has: `/api/job/{id}/status` (the spec),
- * else `/api/jobs/{id}`, else `/api/history/{id}` (self-hosted servers). Words are mapped by status-words.
+ * Asking the service about a job over REST, on whichever routes it has: `/api/job/{id}/status` (the spec),
+ * `/api/jobs/{id}`, `/api/history_v2/{id}` and `/api/history/{id}` (self-hosted servers), and `/api/queue`
+ * to tell a job that waits from one the service has forgotten. One JobLookup per config node remembers the
+ * routes its server lacks, so a check costs one request, not three. Words are mapped by status-words.
  */
 import type { HttpClient } from '../http/client';
-import { phaseOfStatus, type JobPhase } from './status-words';
+import { ServiceError } from '../http/errors';
+import { setOwn, type JobOutputs } from './job-outputs';
+import { promptIdOfQueueElement } from './rest-client';
+import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
 
 export interface ExecutionError {
   exception_type: string;
@@ -12,11 +17,16 @@ export interface ExecutionError {
 }
 
 export interface StatusAnswer {
-  phase: JobPhase;
+  /** `unknown`: the service answered, and none of its routes knows the job (deleted, or a restart). */
+  phase: JobPhase | 'unknown';
   /** The word the service used, for messages. */
   word?: string;
   error?: ExecutionError;
+  /** The outputs, when the route that answered carries them (`/api/jobs/{id}` of an ended job). */
+  outputs?: JobOutputs;
 }
+
+export type StatusRoute = 'status' | 'jobs' | 'history_v2' | 'history' | 'queue';
 
 /** The error fields of an `execution_error` event (or of a body that carries one). */
 export function executionError(data: unknown): ExecutionError {
@@ -33,75 +43,219 @@ export function executionError(data: unknown): ExecutionError {
   };
 }
 
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return !!value && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** An own property only: a prompt id of `__proto__` must not read Object.prototype. */
+function own(record: Record<string, unknown>, key: string): unknown {
+  return Object.hasOwn(record, key) ? record[key] : undefined;
+}
+
+/**
+ * What an execution's messages (`[[event, data], ...]`, as history's `status.messages` and `/api/jobs`'
+ * `execution_status.messages` hold them) say: an `execution_interrupted` makes a job cancelled whatever its
+ * status word (self-hosted servers call an interrupted job `failed`), an `execution_error` gives the error.
+ */
+function readMessages(messages: unknown, answer: StatusAnswer): StatusAnswer {
+  if (!Array.isArray(messages)) return answer;
+  for (const message of messages) {
+    if (!Array.isArray(message)) continue;
+    if (message[0] === 'execution_error') answer.error = executionError(message[1]);
+    if (message[0] === 'execution_interrupted') answer.phase = 'cancelled';
+  }
+  if (answer.phase === 'cancelled') answer.error = undefined;
+  return answer;
+}
+
 function errorFromBody(body: Record<string, unknown>): ExecutionError | undefined {
   const candidate = body.execution_error ?? body.error;
-  if (candidate && typeof candidate === 'object') return executionError(candidate);
+  if (isRecord(candidate)) return executionError(candidate);
   if (typeof candidate === 'string')
     return { exception_type: 'unknown', exception_message: candidate, traceback: [] };
   return undefined;
 }
 
-/** A history entry `{status: {status_str, completed, messages}, outputs}`; undefined when not there yet. */
-function fromHistory(body: unknown, promptId: string): StatusAnswer | undefined {
-  if (!body || typeof body !== 'object') return undefined;
-  const entry = (body as Record<string, unknown>)[promptId] as Record<string, unknown> | undefined;
-  if (!entry || typeof entry !== 'object') return undefined;
-  const status = (entry.status ?? {}) as { status_str?: unknown; messages?: unknown };
-  const word = typeof status.status_str === 'string' ? status.status_str : 'completed';
-  const answer: StatusAnswer = { phase: phaseOfStatus(word), word };
-  if (Array.isArray(status.messages)) {
-    for (const message of status.messages) {
-      if (Array.isArray(message) && message[0] === 'execution_error')
-        answer.error = executionError(message[1]);
-      if (Array.isArray(message) && message[0] === 'execution_interrupted') answer.phase = 'cancelled';
-    }
+/** Keeps only objects keyed by node id whose values are objects: what `outputs` must look like. */
+function asOutputs(value: unknown): JobOutputs | undefined {
+  if (!isRecord(value)) return undefined;
+  const outputs: JobOutputs = {};
+  for (const [nodeId, output] of Object.entries(value)) {
+    if (isRecord(output)) setOwn(outputs, nodeId, output);
   }
+  return outputs;
+}
+
+/** A `/api/jobs/{id}` body: `{id, status, execution_error?, execution_status?, outputs?}`. */
+function fromJobsBody(body: Record<string, unknown>): StatusAnswer {
+  const word = String(body.status);
+  const answer: StatusAnswer = { phase: phaseOfStatus(word), word };
+  if (answer.phase === 'failed') answer.error = errorFromBody(body);
+  const status = isRecord(body.execution_status) ? body.execution_status : undefined;
+  readMessages(status?.messages, answer);
+  if (isTerminal(answer.phase as JobPhase) && 'outputs' in body) answer.outputs = asOutputs(body.outputs);
   return answer;
 }
 
-/** Where the job stands; undefined when no route knows it (yet). Network failures are raised. */
-export async function checkJobStatus(http: HttpClient, promptId: string): Promise<StatusAnswer | undefined> {
-  const id = encodeURIComponent(promptId);
-  const action = 'checking the status of a job';
-  const spec = await http.json<{ status?: unknown }>(`/api/job/${id}/status`, {
-    acceptStatus: [404, 405],
-    action,
-  });
-  if (spec.status < 300 && spec.body && typeof spec.body === 'object' && 'status' in spec.body) {
-    const word = String(spec.body.status);
-    return { phase: phaseOfStatus(word), word };
+/** The entry of a history-style body: `{<id>: entry}`, the entry itself, or `{history: [...]}`. */
+function historyEntry(body: unknown, promptId: string): Record<string, unknown> | undefined {
+  if (!isRecord(body)) return undefined;
+  const keyed = own(body, promptId);
+  if (isRecord(keyed)) return keyed;
+  if ('outputs' in body && 'status' in body) return body;
+  if (Array.isArray(body.history)) {
+    return (body.history as unknown[]).find(
+      (item): item is Record<string, unknown> =>
+        isRecord(item) && (item.prompt_id === promptId || item.id === promptId),
+    );
   }
-  const jobs = await http.json<Record<string, unknown>>(`/api/jobs/${id}`, {
-    acceptStatus: [404, 405],
-    action,
-  });
-  if (jobs.status < 300 && jobs.body && typeof jobs.body === 'object' && 'status' in jobs.body) {
-    const word = String(jobs.body.status);
-    const answer: StatusAnswer = { phase: phaseOfStatus(word), word };
-    const error = errorFromBody(jobs.body);
-    if (error && answer.phase === 'failed') answer.error = error;
-    return answer;
-  }
-  const history = await http.json<unknown>(`/api/history/${id}`, { acceptStatus: [404, 405], action });
-  if (history.status < 300) return fromHistory(history.body, promptId);
   return undefined;
 }
 
-/** The execution error of a failed job, where `/api/jobs/{id}` tells it; undefined otherwise. */
-export async function fetchExecutionError(
-  http: HttpClient,
-  promptId: string,
-): Promise<ExecutionError | undefined> {
-  try {
-    const { status, body } = await http.json<Record<string, unknown>>(
-      `/api/jobs/${encodeURIComponent(promptId)}`,
-      {
-        acceptStatus: [404, 405],
-        action: 'reading the error of a job',
-      },
-    );
-    return status < 300 && body && typeof body === 'object' ? errorFromBody(body) : undefined;
-  } catch {
+/** A history entry `{status: {status_str, completed, messages}, outputs}`. */
+function fromHistoryEntry(entry: Record<string, unknown>): StatusAnswer {
+  const status = isRecord(entry.status) ? entry.status : {};
+  const word = typeof status.status_str === 'string' ? status.status_str : 'completed';
+  const answer = readMessages(status.messages, { phase: phaseOfStatus(word), word });
+  if (isTerminal(answer.phase as JobPhase) && 'outputs' in entry) answer.outputs = asOutputs(entry.outputs);
+  return answer;
+}
+
+type RouteAnswer =
+  | { kind: 'absent' }
+  /** The route answered 404 with a JSON body: it does not know the job (or the server lacks it). */
+  | { kind: 'missing' }
+  | { kind: 'body'; body: unknown };
+
+export class JobLookup {
+  private readonly absent = new Set<StatusRoute>();
+
+  constructor(private readonly http: HttpClient) {}
+
+  /** The routes this server was found to lack. */
+  get absentRoutes(): StatusRoute[] {
+    return [...this.absent];
+  }
+
+  /**
+   * Where the job stands. `unknown` when the service answered and no route knows the job; undefined when
+   * the service has none of the routes. Network and service failures are raised.
+   */
+  async status(promptId: string, signal?: AbortSignal): Promise<StatusAnswer | undefined> {
+    const id = encodeURIComponent(promptId);
+    const missing: StatusRoute[] = [];
+    const knew = (answer: StatusAnswer): StatusAnswer => {
+      // A route that answered 404 for a job a later route knows is a route this server lacks.
+      for (const route of missing) this.absent.add(route);
+      return answer;
+    };
+    const spec = await this.get('status', `/api/job/${id}/status`, signal);
+    if (spec.kind === 'body' && isRecord(spec.body) && 'status' in spec.body) {
+      const word = String(spec.body.status);
+      return { phase: phaseOfStatus(word), word };
+    }
+    if (spec.kind === 'missing') missing.push('status');
+
+    const jobs = await this.get('jobs', `/api/jobs/${id}`, signal);
+    if (jobs.kind === 'body' && isRecord(jobs.body) && 'status' in jobs.body)
+      return knew(fromJobsBody(jobs.body));
+    if (jobs.kind === 'missing') missing.push('jobs');
+
+    const history = await this.get('history', `/api/history/${id}`, signal);
+    const entry = history.kind === 'body' ? historyEntry(history.body, promptId) : undefined;
+    if (entry) return knew(fromHistoryEntry(entry));
+
+    if (spec.kind === 'absent' && jobs.kind === 'absent' && history.kind === 'absent') return undefined;
+    // History lists ended jobs only: the queue tells a waiting or running job from a forgotten one.
+    const queued = await this.queuePhase(promptId, signal);
+    if (queued) return { phase: queued, word: queued };
+    return { phase: 'unknown' };
+  }
+
+  /** The execution error of a failed job, where the service tells it; undefined otherwise. */
+  async executionError(promptId: string, signal?: AbortSignal): Promise<ExecutionError | undefined> {
+    const id = encodeURIComponent(promptId);
+    try {
+      const jobs = await this.get('jobs', `/api/jobs/${id}`, signal);
+      if (jobs.kind === 'body' && isRecord(jobs.body)) return fromJobsBody(jobs.body).error;
+      const history = await this.get('history', `/api/history/${id}`, signal);
+      const entry = history.kind === 'body' ? historyEntry(history.body, promptId) : undefined;
+      return entry ? fromHistoryEntry(entry).error : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * The outputs of an ended job from whichever route the server has: `/api/jobs/{id}`, then
+   * `/api/history_v2/{id}`, then `/api/history/{id}`. Undefined when none of them has them.
+   */
+  async outputs(
+    promptId: string,
+    signal?: AbortSignal,
+    log: (message: string) => void = () => undefined,
+  ): Promise<JobOutputs | undefined> {
+    const id = encodeURIComponent(promptId);
+    const sources: Array<[StatusRoute, string]> = [
+      ['jobs', `/api/jobs/${id}`],
+      ['history_v2', `/api/history_v2/${id}`],
+      ['history', `/api/history/${id}`],
+    ];
+    for (const [route, path] of sources) {
+      try {
+        const answer = await this.get(route, path, signal);
+        if (answer.kind !== 'body') continue;
+        const outputs =
+          route === 'jobs'
+            ? isRecord(answer.body)
+              ? asOutputs(answer.body.outputs)
+              : undefined
+            : (() => {
+                const entry = historyEntry(answer.body, promptId);
+                return entry ? asOutputs(entry.outputs) : undefined;
+              })();
+        if (outputs) return outputs;
+      } catch (error) {
+        if (signal?.aborted) return undefined;
+        log(`reading outputs of ${promptId} failed: ${this.http.redact(String(error))}`);
+      }
+    }
     return undefined;
+  }
+
+  /** `pending` or `running` when the queue lists the job; undefined when it does not (or cannot say). */
+  private async queuePhase(promptId: string, signal?: AbortSignal): Promise<JobPhase | undefined> {
+    const queue = await this.get('queue', '/api/queue', signal);
+    if (queue.kind !== 'body' || !isRecord(queue.body)) return undefined;
+    const has = (list: unknown) =>
+      Array.isArray(list) && list.some((element) => promptIdOfQueueElement(element) === promptId);
+    if (has(queue.body.queue_running)) return 'running';
+    if (has(queue.body.queue_pending)) return 'pending';
+    return undefined;
+  }
+
+  /**
+   * One route: `absent` when the server lacks it (a 405, or a 404 that is not JSON: a framework's page for
+   * a route it does not have), remembered for the next check; `missing` for a JSON 404 (the job is not
+   * known there); otherwise the body.
+   */
+  private async get(route: StatusRoute, path: string, signal?: AbortSignal): Promise<RouteAnswer> {
+    if (this.absent.has(route)) return { kind: 'absent' };
+    const answer = await this.http.json<unknown>(path, {
+      acceptStatus: [404, 405],
+      signal,
+      action: route === 'queue' ? 'listing the queue' : 'checking the status of a job',
+    });
+    if (answer.status === 405 || (answer.status === 404 && !answer.json)) {
+      this.absent.add(route);
+      return { kind: 'absent' };
+    }
+    if (answer.status === 404) return { kind: 'missing' };
+    if (answer.status >= 300) {
+      throw new ServiceError('server_error', `the generation service answered HTTP ${answer.status}`, {
+        status: answer.status,
+      });
+    }
+    return { kind: 'body', body: answer.body };
   }
 }

@@ -4,21 +4,16 @@
  * while the socket is down, and the outputs fetched over REST when events may have been missed. One tracker
  * per await-job node; it follows any number of jobs at once. No Node-RED inside.
  */
+import type { CancelKind } from './cancels';
 import type { GenerationConnection } from './connection';
 import type { ImageType, PreviewMetadata } from './frames';
-import { fetchOutputs, filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
-import {
-  checkJobStatus,
-  executionError,
-  fetchExecutionError,
-  type ExecutionError,
-  type StatusAnswer,
-} from './job-status';
+import { filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
+import { executionError, type ExecutionError, type StatusAnswer } from './job-status';
 import { isTerminal } from './status-words';
 import type { ConnectionState, SocketEvent, SocketUser } from './socket-manager';
 
 /** What a tracker uses of a config node's connection. */
-export type JobConnection = Pick<GenerationConnection, 'http' | 'rest' | 'sockets'>;
+export type JobConnection = Pick<GenerationConnection, 'http' | 'lookup' | 'cancels' | 'cancel' | 'sockets'>;
 
 export type JobEndStatus = 'completed' | 'failed' | 'cancelled' | 'timeout';
 
@@ -45,7 +40,7 @@ export interface JobProgress {
 export interface TrackOptions {
   /** 0 or undefined = no limit. */
   timeoutMs?: number;
-  /** On timeout, also ask the service to cancel the job (POST /api/queue {delete}). */
+  /** On timeout, also cancel the job on the service (as a queue node's cancel does). */
   cancelOnTimeout?: boolean;
   onProgress?: (progress: JobProgress) => void;
   /** Called with the result the moment the job ends, before the promise settles (no microtask delay). */
@@ -64,6 +59,16 @@ export interface JobTrackerOptions {
    * on an unbroken connection meanwhile: then its end will arrive too.
    */
   firstCheckMs?: number;
+  /**
+   * A job no route of the service knows ends as lost (`JobLost`) once it has been unknown this long, checked
+   * twice: a forgotten job (deleted elsewhere, a restart) must not be confused with a moment between routes.
+   */
+  lostConfirmMs?: number;
+  /**
+   * A job the service has never known (no event, no answer) is not counted lost before this long after it
+   * was awaited: a service may list a job a moment after its submit answered.
+   */
+  unknownGraceMs?: number;
   /** Something a node shows in its status changed (a job's phase, node, step; the queue; the socket). */
   onChange?: () => void;
   onQueueStatus?: SocketUser['onQueueStatus'];
@@ -83,6 +88,15 @@ const SWEEP_SETTLE_MS = 300;
 const SWEEP_INTERVAL_MS = 2_000;
 const SWEEP_JOBS = 25;
 
+/** The error of a job that no route of the service knows any more. */
+export function jobLostError(promptId: string): ExecutionError {
+  return {
+    exception_type: 'JobLost',
+    exception_message: `the generation service no longer knows job ${promptId}: it was deleted from its queue elsewhere, or the server restarted; submit the workflow again`,
+    traceback: [],
+  };
+}
+
 const TERMINAL_EVENTS: Record<string, JobEndStatus> = {
   execution_success: 'completed',
   execution_error: 'failed',
@@ -97,6 +111,14 @@ class TrackedJob implements JobView {
   lastEvent = Date.now();
   outputs: JobOutputs = {};
   ending = false;
+  readonly trackedAt = Date.now();
+  /** The service has known this job: an event came, or a status check found it. */
+  known = false;
+  /** When a status check first found no route that knows the job. */
+  unknownSince?: number;
+  /** A check under way began before a reconnect: its answer may be stale, so check again after it. */
+  recheck = false;
+  recheckTimer?: NodeJS.Timeout;
   /** The connection that delivered execution_start; a later event from another one means a gap. */
   startEpoch?: number;
   /** The connection that delivered this job's first event. */
@@ -128,11 +150,20 @@ export class JobTracker {
   private readonly options: Required<
     Pick<
       JobTrackerOptions,
-      'previewsPerSecond' | 'pollInitialMs' | 'pollMaxMs' | 'quietCheckMs' | 'firstCheckMs'
+      | 'previewsPerSecond'
+      | 'pollInitialMs'
+      | 'pollMaxMs'
+      | 'quietCheckMs'
+      | 'firstCheckMs'
+      | 'lostConfirmMs'
+      | 'unknownGraceMs'
     >
   > &
     JobTrackerOptions;
   private deregister?: () => void;
+  private stopListening?: () => void;
+  /** Aborts every request this tracker started when it closes: a redeploy must not wait for them. */
+  private readonly aborter = new AbortController();
   private closed = false;
   private sweepTimer?: NodeJS.Timeout;
   private lastSweep = 0;
@@ -149,6 +180,8 @@ export class JobTracker {
       pollMaxMs: 10_000,
       quietCheckMs: 60_000,
       firstCheckMs: 150,
+      lostConfirmMs: 2_000,
+      unknownGraceMs: 10_000,
       ...options,
     };
   }
@@ -182,6 +215,11 @@ export class JobTracker {
         if (!this.jobs.has(job)) job.unsubscribe({ ended: true });
         return;
       }
+      // Taken out of the queue before it was awaited: it will never run.
+      if (this.connection.cancels.kindOf(promptId) === 'removed') {
+        void this.end(job, 'cancelled', {});
+        return;
+      }
       this.armQuietCheck(job);
       this.changed();
       // The job may have ended before it was awaited, with its events gone: ask once, unless its events
@@ -199,7 +237,10 @@ export class JobTracker {
   /** Stops following every job (their promises resolve with undefined) and leaves the socket. */
   close(): void {
     this.closed = true;
+    this.aborter.abort();
     clearTimeout(this.sweepTimer);
+    this.stopListening?.();
+    this.stopListening = undefined;
     for (const job of [...this.jobs]) this.release(job, false);
     this.deregister?.();
     this.deregister = undefined;
@@ -207,7 +248,8 @@ export class JobTracker {
 
   /** Registers with the socket manager (without opening it), so the socket state shows at once. */
   start(): void {
-    if (this.deregister) return;
+    if (this.deregister || this.closed) return;
+    this.stopListening = this.connection.cancels.listen((promptId, kind) => this.onCancel(promptId, kind));
     this.deregister = this.connection.sockets().register({
       onQueueStatus: (queue, data) => {
         this.queueRemaining = queue;
@@ -229,9 +271,11 @@ export class JobTracker {
         job.pollTimer = undefined;
         job.pollDelay = this.options.pollInitialMs;
         if (reconnected) {
-          // Whatever happened while the socket was down is only known over REST.
+          // Whatever happened while the socket was down is only known over REST; a check already under
+          // way may have asked before the job ended, so it does not count as this one.
           job.gap = true;
-          void this.check(job);
+          if (job.checking) job.recheck = true;
+          else void this.check(job);
         }
       }
     } else {
@@ -240,8 +284,16 @@ export class JobTracker {
     this.changed();
   }
 
+  /** A queue node of this config cancelled a job: one taken out of the queue ends now. */
+  private onCancel(promptId: string, kind: CancelKind): void {
+    if (kind !== 'removed') return;
+    for (const job of this.jobs) if (job.promptId === promptId) void this.end(job, 'cancelled', {});
+  }
+
   private onEvent(job: TrackedJob, event: SocketEvent): void {
     if (job.ending) return;
+    job.known = true;
+    job.unknownSince = undefined;
     job.lastEvent = Date.now();
     job.firstEventEpoch ??= event.epoch;
     const { type, data } = event;
@@ -341,8 +393,8 @@ export class JobTracker {
   private async endedWithoutResult(job: TrackedJob): Promise<void> {
     const answer = await this.ask(job);
     if (job.ending) return;
-    if (answer && isTerminal(answer.phase)) {
-      await this.end(job, answer.phase, { error: answer.error, fromRest: true });
+    if (answer && answer.phase !== 'unknown' && isTerminal(answer.phase)) {
+      await this.end(job, answer.phase, { error: answer.error, fromRest: true, outputs: answer.outputs });
     } else {
       await this.end(job, 'completed', {});
     }
@@ -350,9 +402,9 @@ export class JobTracker {
 
   private async ask(job: TrackedJob): Promise<StatusAnswer | undefined> {
     try {
-      return await checkJobStatus(this.connection.http, job.promptId);
+      return await this.connection.lookup.status(job.promptId, this.aborter.signal);
     } catch (error) {
-      this.log('debug', `graph-gen: status check of ${job.promptId} failed: ${String(error)}`);
+      if (!this.closed) this.log('debug', `graph-gen: status check of ${job.promptId} failed: ${String(error)}`);
       return undefined;
     }
   }
@@ -364,12 +416,54 @@ export class JobTracker {
     const answer = await this.ask(job);
     job.checking = false;
     if (job.ending || !this.jobs.has(job)) return;
+    if (job.recheck) {
+      job.recheck = false;
+      void this.check(job);
+      return;
+    }
     if (!answer) return;
+    if (answer.phase === 'unknown') {
+      await this.unknown(job);
+      return;
+    }
+    job.known = true;
+    job.unknownSince = undefined;
     if (isTerminal(answer.phase)) {
-      await this.end(job, answer.phase, { error: answer.error, fromRest: true });
+      await this.end(job, answer.phase, { error: answer.error, fromRest: true, outputs: answer.outputs });
       return;
     }
     if (answer.phase !== job.phase) this.setPhase(job, answer.phase === 'running' ? 'running' : 'pending');
+  }
+
+  /**
+   * No route of the service knows the job. One this config cancelled ends `cancelled`. Otherwise, once the
+   * service has known it (or the grace time has passed) and a second check a moment later agrees, it ends
+   * `failed` with JobLost: nothing would ever end it.
+   */
+  private async unknown(job: TrackedJob): Promise<void> {
+    if (this.connection.cancels.kindOf(job.promptId)) {
+      await this.end(job, 'cancelled', {});
+      return;
+    }
+    const now = Date.now();
+    if (!job.known && now - job.trackedAt < this.options.unknownGraceMs) {
+      this.recheckIn(job, job.trackedAt + this.options.unknownGraceMs - now);
+      return;
+    }
+    job.unknownSince ??= now;
+    if (now - job.unknownSince >= this.options.lostConfirmMs) {
+      await this.end(job, 'failed', { error: jobLostError(job.promptId) });
+      return;
+    }
+    this.recheckIn(job, job.unknownSince + this.options.lostConfirmMs - now);
+  }
+
+  private recheckIn(job: TrackedJob, ms: number): void {
+    clearTimeout(job.recheckTimer);
+    job.recheckTimer = setTimeout(() => {
+      job.recheckTimer = undefined;
+      void this.check(job);
+    }, ms);
   }
 
   private schedulePoll(job: TrackedJob): void {
@@ -423,7 +517,7 @@ export class JobTracker {
   private timeout(job: TrackedJob): void {
     if (job.ending) return;
     if (job.options.cancelOnTimeout) {
-      this.connection.rest
+      this.connection
         .cancel([job.promptId])
         .catch((error: unknown) =>
           this.log(
@@ -438,7 +532,7 @@ export class JobTracker {
   private async end(
     job: TrackedJob,
     status: JobEndStatus,
-    details: { error?: ExecutionError; fromRest?: boolean; eventEpoch?: number },
+    details: { error?: ExecutionError; fromRest?: boolean; eventEpoch?: number; outputs?: JobOutputs },
   ): Promise<void> {
     if (job.ending) return;
     job.ending = true;
@@ -446,7 +540,9 @@ export class JobTracker {
     if (status === 'failed') {
       const error =
         details.error ??
-        (details.fromRest ? await fetchExecutionError(this.connection.http, job.promptId) : undefined);
+        (details.fromRest
+          ? await this.connection.lookup.executionError(job.promptId, this.aborter.signal)
+          : undefined);
       result.error = error ?? {
         exception_type: 'unknown',
         exception_message: 'the service reports the job as failed',
@@ -461,9 +557,11 @@ export class JobTracker {
         (details.eventEpoch === undefined || details.eventEpoch === job.startEpoch);
       let outputs = job.outputs;
       if (!complete) {
-        const fetched = await fetchOutputs(this.connection.http, job.promptId, (message) =>
-          this.log('debug', `graph-gen: ${message}`),
-        );
+        const fetched =
+          details.outputs ??
+          (await this.connection.lookup.outputs(job.promptId, this.aborter.signal, (message) =>
+            this.log('debug', `graph-gen: ${message}`),
+          ));
         if (fetched) outputs = fetched;
         else result.outputs_incomplete = true;
       }
@@ -487,7 +585,8 @@ export class JobTracker {
     clearTimeout(job.pollTimer);
     clearTimeout(job.quietTimer);
     clearTimeout(job.firstCheckTimer);
-    job.timeoutTimer = job.pollTimer = job.quietTimer = job.firstCheckTimer = undefined;
+    clearTimeout(job.recheckTimer);
+    job.timeoutTimer = job.pollTimer = job.quietTimer = job.firstCheckTimer = job.recheckTimer = undefined;
     job.unsubscribe({ ended });
     this.jobs.delete(job);
     if (!ended) job.resolve(undefined);

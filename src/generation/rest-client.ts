@@ -316,31 +316,40 @@ export class GenerationRestClient {
   }
 
   /** GET /api/queue. */
-  async queue(): Promise<QueueState> {
-    const { body } = await this.http.json<QueueState>('/api/queue', { action: 'listing the queue' });
+  async queue(signal?: AbortSignal): Promise<QueueState> {
+    const { body } = await this.http.json<QueueState>('/api/queue', { signal, action: 'listing the queue' });
     if (!body || typeof body !== 'object') {
       throw new ServiceError('server_error', 'the generation service answered the queue list with no queue');
     }
     return body;
   }
 
-  /** POST /api/queue {delete: ids}. Cancelling twice is harmless, so it may be retried. */
-  async cancel(promptIds: string[]): Promise<unknown> {
+  /**
+   * POST /api/queue {delete: ids}: takes the jobs out of the queue (a self-hosted server leaves a running
+   * job alone; GenerationConnection.cancel interrupts it). Cancelling twice is harmless, so it may be retried.
+   */
+  async cancel(promptIds: string[], signal?: AbortSignal): Promise<unknown> {
     const { body } = await this.http.json('/api/queue', {
       method: 'POST',
       json: { delete: promptIds },
       idempotent: true,
+      signal,
       action: `cancelling ${promptIds.length === 1 ? `job ${promptIds[0]}` : `${promptIds.length} jobs`}`,
     });
     return body;
   }
 
-  /** POST /api/interrupt. Never repeated: a second interrupt could stop the next job. */
-  async interrupt(): Promise<unknown> {
+  /**
+   * POST /api/interrupt: with a prompt id, `{prompt_id}` interrupts that job only if it is the one running;
+   * without, whatever runs. Never repeated: a second interrupt could stop the next job.
+   */
+  async interrupt(promptId?: string, signal?: AbortSignal): Promise<unknown> {
     const { body } = await this.http.json('/api/interrupt', {
       method: 'POST',
+      ...(promptId ? { json: { prompt_id: promptId } } : {}),
       idempotent: false,
-      action: 'interrupting the running job',
+      signal,
+      action: promptId ? `interrupting job ${promptId}` : 'interrupting the running job',
     });
     return body;
   }

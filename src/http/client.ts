@@ -46,6 +46,13 @@ export interface RequestOptions {
   action?: string;
 }
 
+export interface JsonAnswer<T> {
+  status: number;
+  body: T;
+  /** Whether the body was JSON (false for an empty body or an accepted error page in plain text). */
+  json: boolean;
+}
+
 export interface RawResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
@@ -101,14 +108,19 @@ export class HttpClient {
     return redact(value, this.options.secrets ?? []);
   }
 
-  /** A request whose JSON answer is returned (undefined for an empty body); errors are raised. */
-  async json<T>(path: string, options: RequestOptions = {}): Promise<{ status: number; body: T }> {
+  /**
+   * A request whose JSON answer is returned (undefined for an empty body); errors are raised. An accepted
+   * error status (`acceptStatus`) need not come with JSON: a framework's own "404: Not Found" page for a
+   * route the server lacks is an answer, with `json: false` and no body.
+   */
+  async json<T>(path: string, options: RequestOptions = {}): Promise<JsonAnswer<T>> {
     const response = await this.send(path, options);
     const text = await response.body.text();
-    if (text.trim() === '') return { status: response.status, body: undefined as T };
+    if (text.trim() === '') return { status: response.status, body: undefined as T, json: false };
     try {
-      return { status: response.status, body: JSON.parse(text) as T };
+      return { status: response.status, body: JSON.parse(text) as T, json: true };
     } catch {
+      if (response.status >= 400) return { status: response.status, body: undefined as T, json: false };
       throw new ServiceError(
         'server_error',
         `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON: check the base address in the config node`,

@@ -1,6 +1,7 @@
 /**
- * graph-gen-queue: lists the queue (with the running and pending prompt ids), cancels jobs by id, or
- * interrupts the running job. Thin: the calls live in src/generation/rest-client.ts.
+ * graph-gen-queue: lists the queue (with the running and pending prompt ids), cancels jobs by id (taken out
+ * of the queue, or interrupted when running), or interrupts the running job. Thin: the calls live in
+ * src/generation/connection.ts and rest-client.ts.
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
@@ -20,6 +21,9 @@ type QueueMessage = NodeMessageInFlow & {
   prompt_id?: unknown;
   running?: string[];
   pending?: string[];
+  removed?: string[];
+  interrupted?: string[];
+  not_queued?: string[];
 };
 
 /** The prompt ids to cancel: msg.prompt_id (a string or an array), else msg.payload (the same). */
@@ -49,31 +53,37 @@ export = function (RED: NodeAPI) {
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
 
-    async function handle(msg: QueueMessage): Promise<void> {
+    async function handle(msg: QueueMessage, signal: AbortSignal): Promise<void> {
       const connection = generationConnection(RED, def.server);
       const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
       if (!ACTIONS.includes(action as QueueAction)) {
         throw invalidInput(`msg.action must be list, cancel or interrupt, not ${JSON.stringify(action)}`);
       }
-      const rest = connection.rest;
       if (action === 'list') {
-        const queue = await rest.queue();
+        const queue = await connection.rest.queue(signal);
         msg.payload = queue;
         msg.running = idsOf(queue.queue_running);
         msg.pending = idsOf(queue.queue_pending);
         node.status(statusOk(`${msg.running.length} running, ${msg.pending.length} queued`));
       } else if (action === 'cancel') {
-        const ids = idsToCancel(msg);
-        msg.payload = await rest.cancel(ids);
-        node.status(statusOk(`cancelled ${ids.length}`));
+        const outcome = await connection.cancel(idsToCancel(msg), signal);
+        msg.payload = outcome.body;
+        msg.removed = outcome.removed;
+        msg.interrupted = outcome.interrupted;
+        msg.not_queued = outcome.notQueued;
+        node.status(statusOk(`cancelled ${outcome.removed.length + outcome.interrupted.length}`));
       } else {
-        msg.payload = await rest.interrupt();
+        const target = msg.prompt_id;
+        if (target !== undefined && target !== '' && typeof target !== 'string') {
+          throw invalidInput('msg.prompt_id must be the text id of the job to interrupt');
+        }
+        msg.payload = await connection.interrupt(target || undefined, signal);
         node.status(statusOk('interrupted'));
       }
     }
 
-    handleMessages<QueueMessage>(node, async (msg, send) => {
-      await handle(msg);
+    handleMessages<QueueMessage>(node, async (msg, send, signal) => {
+      await handle(msg, signal);
       send(msg);
     });
   }

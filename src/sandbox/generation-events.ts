@@ -55,6 +55,11 @@ export interface GenerationEvents {
   dropAfterFrames(frames: number): void;
   /** Starts a job that was submitted while autoRun was off. */
   run(jobId: string): void;
+  /**
+   * As a self-hosted server's restart: every job stops without an event and is forgotten (queue and history
+   * live in memory), and every socket drops.
+   */
+  restart(): void;
   close(): void;
 }
 
@@ -404,6 +409,19 @@ export function mountGenerationEvents(
       waiting.push(job);
       queueStatus();
       pump();
+    },
+    restart() {
+      for (const job of jobs.jobs.values()) job.state = 'failed';
+      waiting.length = 0;
+      for (const [timer, wake] of sleepers) {
+        clearTimeout(timer);
+        wake();
+      }
+      sleepers.clear();
+      for (const wake of hangs.values()) wake();
+      hangs.clear();
+      jobs.jobs.clear();
+      for (const peer of peers) peer.ws.terminate();
     },
     close() {
       closed = true;

@@ -87,10 +87,23 @@ export class GenerationJobs extends EventEmitter {
     return true;
   }
 
-  /** Interrupts the running job, if any. */
-  interrupt(): SandboxJob | undefined {
-    const job = this.running()[0];
-    if (!job) return undefined;
+  /**
+   * Takes a pending job out of the queue and forgets it, as a self-hosted server's delete does (no event;
+   * afterwards no route knows it). A running job is not touched. False when nothing was removed.
+   */
+  remove(id: string): boolean {
+    const job = this.jobs.get(id);
+    if (!job || job.state !== 'pending') return false;
+    job.state = 'cancelled';
+    this.emit('cancel', job);
+    this.jobs.delete(id);
+    return true;
+  }
+
+  /** Interrupts the running job: only `id` when given, and only if it is running. */
+  interrupt(id?: string): SandboxJob | undefined {
+    const job = id === undefined ? this.running()[0] : this.jobs.get(id);
+    if (!job || job.state !== 'in_progress') return undefined;
     job.state = 'cancelled';
     this.emit('interrupt', job);
     return job;

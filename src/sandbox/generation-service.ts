@@ -415,7 +415,9 @@ export async function mountGenerationService(
   const storage = new Server();
   await storage.listen(options.storagePort ?? 0);
 
-  // Self-hosted servers serve every route under /api and without it; the cloud only under /api.
+  // Self-hosted servers serve every route under /api and without it; the cloud only under /api. Their
+  // unknown routes answer aiohttp's text/plain "404: Not Found".
+  server.plainNotFound = jobs.selfHosted;
   const api = (route: string): RegExp => new RegExp(`^${jobs.selfHosted ? '(?:/api)?' : '/api'}${route}$`);
 
   const authorised = (ctx: RequestContext): boolean => {
@@ -570,26 +572,42 @@ export async function mountGenerationService(
 
   route('GET', '/job/([^/]+)/status', (ctx) => {
     // Self-hosted servers have no status endpoint.
-    if (jobs.selfHosted) return notFound(ctx, 'no such route');
+    if (jobs.selfHosted) return server.notFound(ctx);
     const job = jobs.jobs.get(decodeURIComponent(ctx.params[0]));
     if (!job) return notFound(ctx, 'job not found');
     ctx.json(200, { status: statusWord(job) });
   });
 
   route('GET', '/jobs/([^/]+)', (ctx) => {
-    if (options.jobsEndpoint === false) return notFound(ctx, 'no such route');
+    if (options.jobsEndpoint === false) return server.notFound(ctx);
     const job = jobs.jobs.get(decodeURIComponent(ctx.params[0]));
-    if (!job) return notFound(ctx, 'job not found');
+    if (!job) {
+      if (jobs.selfHosted) return ctx.json(404, { error: 'Job not found' });
+      return notFound(ctx, 'job not found');
+    }
+    if (!jobs.selfHosted) {
+      return ctx.json(200, {
+        id: job.id,
+        status: statusWord(job),
+        ...(terminal(job) ? { outputs: job.outputs } : {}),
+        ...(job.error ? { execution_error: job.error } : {}),
+      });
+    }
+    // As self-hosted servers answer: an interrupted job is `failed`, and only its messages say why.
+    const ended = terminal(job);
     ctx.json(200, {
       id: job.id,
-      status: statusWord(job),
-      ...(terminal(job) ? { outputs: job.outputs } : {}),
-      ...(job.error ? { execution_error: job.error } : {}),
+      status: job.state === 'cancelled' ? 'failed' : job.state,
+      priority: job.number,
+      create_time: job.createdAt,
+      outputs_count: ended ? countFiles(job.outputs) : 0,
+      ...(job.error ? { execution_error: { prompt_id: job.id, ...job.error } } : {}),
+      ...(ended ? { outputs: job.outputs, execution_status: executionStatus(job) } : {}),
     });
   });
 
   const history = (enabled: () => boolean) => (ctx: RequestContext) => {
-    if (!enabled()) return notFound(ctx, 'no such route');
+    if (!enabled()) return server.notFound(ctx);
     const job = jobs.jobs.get(decodeURIComponent(ctx.params[0]));
     // Self-hosted servers answer {} for a prompt that is unknown or not finished.
     if (!job || !terminal(job)) return ctx.json(200, {});
@@ -597,11 +615,7 @@ export async function mountGenerationService(
       [job.id]: {
         prompt: [job.number, job.id, job.prompt, { client_id: job.clientId }, outputNodes(job, definitions)],
         outputs: job.outputs,
-        status: {
-          status_str: job.state === 'completed' ? 'success' : 'error',
-          completed: job.state === 'completed',
-          messages: [],
-        },
+        status: executionStatus(job),
       },
     });
   };
@@ -684,18 +698,27 @@ export async function mountGenerationService(
     } catch {
       return ctx.json(400, { code: 'bad_request', message: 'The body is not JSON' });
     }
-    const deleted: string[] = [];
-    if (Array.isArray(body?.delete)) {
-      for (const id of body.delete) if (typeof id === 'string' && jobs.cancel(id)) deleted.push(id);
+    const ids = Array.isArray(body?.delete) ? body.delete.filter((id) => typeof id === 'string') : [];
+    if (body?.clear === true) ids.push(...jobs.pending().map((job) => job.id));
+    if (jobs.selfHosted) {
+      // Self-hosted servers take pending jobs out of the queue and forget them, with no event; a running
+      // job is not touched. They answer with an empty 200.
+      for (const id of ids) jobs.remove(id);
+      ctx.res.writeHead(200, { 'content-length': 0 }).end();
+      return;
     }
-    if (body?.clear === true) for (const job of jobs.pending()) if (jobs.cancel(job.id)) deleted.push(job.id);
-    // Self-hosted servers answer with an empty 200; the cloud stand-in says what it cancelled.
-    if (jobs.selfHosted) ctx.res.writeHead(200, { 'content-length': 0 }).end();
-    else ctx.json(200, { deleted });
+    // The cloud stand-in cancels pending and running jobs and says which.
+    ctx.json(200, { deleted: ids.filter((id) => jobs.cancel(id)) });
   });
   route('POST', '/interrupt', async (ctx) => {
-    await ctx.body();
-    jobs.interrupt();
+    let body: { prompt_id?: unknown } | undefined;
+    try {
+      body = (await readJson(ctx)) as typeof body;
+    } catch {
+      body = undefined;
+    }
+    // With {prompt_id} only that job, and only if it is the one running; without, whatever runs.
+    jobs.interrupt(typeof body?.prompt_id === 'string' ? body.prompt_id : undefined);
     ctx.res.writeHead(200, { 'content-length': 0 }).end();
   });
 
@@ -739,4 +762,21 @@ function outputNodes(job: SandboxJob, definitions: Record<string, NodeDefinition
   return Object.entries(job.prompt)
     .filter(([, node]) => definitions[(node as { class_type?: string })?.class_type ?? '']?.output_node)
     .map(([id]) => id);
+}
+
+function countFiles(outputs: SandboxJob['outputs']): number {
+  let count = 0;
+  for (const output of Object.values(outputs))
+    for (const list of Object.values(output)) if (Array.isArray(list)) count += list.length;
+  return count;
+}
+
+/** An ended job's `status` as self-hosted servers keep it in history: `{status_str, completed, messages}`. */
+function executionStatus(job: SandboxJob): Record<string, unknown> {
+  const at = (data: Record<string, unknown> = {}) => ({ prompt_id: job.id, timestamp: job.createdAt, ...data });
+  const messages: Array<[string, Record<string, unknown>]> = [['execution_start', at()]];
+  if (job.state === 'completed') messages.push(['execution_success', at()]);
+  else if (job.state === 'failed') messages.push(['execution_error', at(job.error)]);
+  else messages.push(['execution_interrupted', at({ node_id: '', node_type: '', executed: [] })]);
+  return { status_str: job.state === 'completed' ? 'success' : 'error', completed: job.state === 'completed', messages };
 }

@@ -128,6 +128,11 @@ export class SandboxServer {
   private readonly wss = new WebSocketServer({ noServer: true });
   private readonly connections = new Set<Socket>();
   private address?: AddressInfo;
+  /**
+   * Answer an unknown route as aiohttp does (self-hosted servers): `text/plain` `404: Not Found`, instead of
+   * the JSON `{code, message}` of cloud gateways.
+   */
+  plainNotFound = false;
 
   constructor() {
     this.http.on('connection', (socket) => {
@@ -206,10 +211,7 @@ export class SandboxServer {
         (candidate) => candidate.method === method && candidate.pattern.test(url.pathname),
       );
       if (!route) {
-        context(req, res, url, []).json(404, {
-          code: 'not_found',
-          message: `no route for ${method} ${url.pathname}`,
-        });
+        this.notFound(context(req, res, url, []));
         return;
       }
       const params = (route.pattern.exec(url.pathname) ?? []).slice(1);
@@ -224,6 +226,15 @@ export class SandboxServer {
         context(req, res, url, []).json(500, { message: `sandbox error: ${String(error)}` });
       else res.destroy();
     }
+  }
+
+  /** The answer for a route this server does not have. */
+  notFound(ctx: RequestContext): void {
+    if (this.plainNotFound) {
+      ctx.text(404, '404: Not Found', { 'content-type': 'text/plain; charset=utf-8' });
+      return;
+    }
+    ctx.json(404, { code: 'not_found', message: `no route for ${ctx.req.method} ${ctx.url.pathname}` });
   }
 
   private upgrade(req: http.IncomingMessage, socket: Socket, head: Buffer): void {
