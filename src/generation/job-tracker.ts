@@ -404,7 +404,8 @@ export class JobTracker {
     try {
       return await this.connection.lookup.status(job.promptId, this.aborter.signal);
     } catch (error) {
-      if (!this.closed) this.log('debug', `graph-gen: status check of ${job.promptId} failed: ${String(error)}`);
+      if (!this.closed)
+        this.log('debug', `graph-gen: status check of ${job.promptId} failed: ${String(error)}`);
       return undefined;
     }
   }

@@ -773,10 +773,18 @@ function countFiles(outputs: SandboxJob['outputs']): number {
 
 /** An ended job's `status` as self-hosted servers keep it in history: `{status_str, completed, messages}`. */
 function executionStatus(job: SandboxJob): Record<string, unknown> {
-  const at = (data: Record<string, unknown> = {}) => ({ prompt_id: job.id, timestamp: job.createdAt, ...data });
+  const at = (data: Record<string, unknown> = {}) => ({
+    prompt_id: job.id,
+    timestamp: job.createdAt,
+    ...data,
+  });
   const messages: Array<[string, Record<string, unknown>]> = [['execution_start', at()]];
   if (job.state === 'completed') messages.push(['execution_success', at()]);
   else if (job.state === 'failed') messages.push(['execution_error', at(job.error)]);
   else messages.push(['execution_interrupted', at({ node_id: '', node_type: '', executed: [] })]);
-  return { status_str: job.state === 'completed' ? 'success' : 'error', completed: job.state === 'completed', messages };
+  return {
+    status_str: job.state === 'completed' ? 'success' : 'error',
+    completed: job.state === 'completed',
+    messages,
+  };
 }

@@ -23,6 +23,8 @@ export interface Fault {
   drop?: boolean;
   /** Let the route answer, but replace its body with one that is not JSON. */
   malformed?: boolean;
+  /** Let the route answer at once, but hold the answer back this long (an answer that arrives stale). */
+  holdMs?: number;
   /** How many requests the fault applies to (default 1; Infinity for all). */
   times?: number;
 }
@@ -213,6 +215,14 @@ export class SandboxServer {
       if (!route) {
         this.notFound(context(req, res, url, []));
         return;
+      }
+      const holdMs = fault?.holdMs;
+      if (holdMs) {
+        const end = res.end.bind(res) as (...args: unknown[]) => void;
+        res.end = ((...args: unknown[]) => {
+          setTimeout(() => end(...args), holdMs);
+          return res;
+        }) as typeof res.end;
       }
       const params = (route.pattern.exec(url.pathname) ?? []).slice(1);
       const ctx = context(req, res, url, params);

@@ -1,0 +1,319 @@
+'use strict';
+// Every job ends, and every cancel cancels, on a server that answers as a real self-hosted one does (the
+// sandbox's self-hosted mode follows what was measured on ComfyUI v0.8.0): absent status routes, jobs the
+// server forgets (queue delete, restart), interrupts that read as failures. test/real/ runs the same
+// behaviours against the real server.
+const assert = require('node:assert/strict');
+const helper = require('node-red-node-test-helper');
+const { startSandbox } = require('../dist/sandbox');
+const { GenerationConnection } = require('../dist/generation/connection');
+const { JobTracker } = require('../dist/generation/job-tracker');
+const { SocketManager } = require('../dist/generation/socket-manager');
+const { KEY, workflow, sleep, until, fileNames, awaitFlow, collect } = require('./socket-support');
+
+const configNode = require('../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const queueNode = require('../dist/nodes/graph-gen-queue.js');
+const { coreNode } = require('./support/node-red');
+
+const HANG = { 9: { class_type: 'SandboxHang', inputs: {} } };
+
+describe('job lifecycle on a self-hosted server', () => {
+  const open = [];
+  let savedTimings;
+
+  before(() => {
+    savedTimings = SocketManager.defaultTimings;
+    SocketManager.defaultTimings = { ...savedTimings, backoffBaseMs: 20, backoffMaxMs: 300, graceMs: 50 };
+  });
+  after(() => {
+    SocketManager.defaultTimings = savedTimings;
+  });
+  afterEach(async () => {
+    for (const item of open.splice(0).reverse()) await item.close();
+  });
+
+  async function setUp({ key, trackerOptions, sandboxOptions } = {}) {
+    const sandbox = await startSandbox({
+      generationApiKey: key,
+      ...sandboxOptions,
+      events: { stepDelayMs: 1, ...sandboxOptions?.events },
+    });
+    open.push(sandbox);
+    const connection = new GenerationConnection({
+      baseUrl: sandbox.url,
+      apiKey: key,
+      partnerKeyField: 'api_key_service_org',
+    });
+    open.push(connection);
+    const tracker = new JobTracker(connection, { pollInitialMs: 50, pollMaxMs: 200, ...trackerOptions });
+    open.push({ close: async () => tracker.close() });
+    return { sandbox, connection, tracker };
+  }
+
+  describe('status routes', () => {
+    it('a route answering a text/plain 404 is absent, remembered: later checks cost one request', async () => {
+      const { sandbox, connection } = await setUp();
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      await until(() => job.state === 'completed', 'the job to end');
+      sandbox.counters.reset();
+      const first = await connection.lookup.status(job.id);
+      assert.equal(first.phase, 'completed');
+      assert.deepEqual(fileNames(first.outputs), fileNames(job.outputs));
+      assert.deepEqual(
+        sandbox.counters.requests.map((seen) => seen.path),
+        [`/api/job/${job.id}/status`, `/api/jobs/${job.id}`],
+      );
+      assert.deepEqual(connection.lookup.absentRoutes, ['status']);
+      sandbox.counters.reset();
+      assert.equal((await connection.lookup.status(job.id)).phase, 'completed');
+      assert.deepEqual(
+        sandbox.counters.requests.map((seen) => seen.path),
+        [`/api/jobs/${job.id}`],
+      );
+    });
+
+    it('a 405 is absent too, and the history route answers when /api/jobs is missing', async () => {
+      const { sandbox, connection } = await setUp();
+      sandbox.generation.options.jobsEndpoint = false;
+      sandbox.faults.add({ path: /\/status$/, status: 405, body: 'Method Not Allowed' });
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      await until(() => job.state === 'completed', 'the job to end');
+      const answer = await connection.lookup.status(job.id);
+      assert.equal(answer.phase, 'completed');
+      assert.deepEqual(fileNames(answer.outputs), fileNames(job.outputs));
+      assert.deepEqual(connection.lookup.absentRoutes.sort(), ['jobs', 'status']);
+    });
+
+    it('with history only, the queue tells a waiting job from a forgotten one', async () => {
+      const { sandbox, connection } = await setUp({ sandboxOptions: { events: { autoRun: false } } });
+      sandbox.generation.options.jobsEndpoint = false;
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      assert.equal((await connection.lookup.status(job.id)).phase, 'pending');
+      assert.equal((await connection.lookup.status('no-such-job')).phase, 'unknown');
+    });
+
+    it('a 200 whose body is not JSON stays an error', async () => {
+      const { sandbox, connection } = await setUp();
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      sandbox.faults.add({ path: `/api/jobs/${job.id}`, malformed: true });
+      await assert.rejects(connection.lookup.status(job.id), (error) => {
+        assert.equal(error.code, 'server_error');
+        assert.match(error.message, /not JSON/);
+        return true;
+      });
+    });
+  });
+
+  describe('no job waits forever', () => {
+    it('a job that ended before it was awaited resolves with its outputs', async () => {
+      const { sandbox, tracker } = await setUp();
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      await until(() => job.state === 'completed', 'the job to end');
+      const result = await tracker.track(job.id);
+      assert.equal(result.status, 'completed');
+      assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));
+      assert.equal(result.outputs_incomplete, undefined);
+    });
+
+    it('a job no route knows ends failed with JobLost after the grace time, confirmed by a second check', async () => {
+      const { tracker } = await setUp({ trackerOptions: { unknownGraceMs: 300, lostConfirmMs: 100 } });
+      const started = Date.now();
+      const result = await tracker.track('never-submitted');
+      const took = Date.now() - started;
+      assert.equal(result.status, 'failed');
+      assert.equal(result.error.exception_type, 'JobLost');
+      assert.match(result.error.exception_message, /no longer knows job never-submitted/);
+      assert.match(
+        result.error.exception_message,
+        /deleted from its queue elsewhere, or the server restarted/,
+      );
+      assert.ok(took >= 300, `ended after ${took} ms, before the grace time`);
+    });
+
+    it('a restart of the server mid-job ends the await JobLost soon after the reconnect', async () => {
+      const { sandbox, connection, tracker } = await setUp({ trackerOptions: { lostConfirmMs: 200 } });
+      await connection.sockets().ready(5000);
+      const job = sandbox.jobs.submit(workflow(HANG), connection.clientId);
+      const pending = tracker.track(job.id);
+      await until(() => tracker.views()[0]?.phase === 'running', 'the job to run');
+      sandbox.events.restart();
+      const reconnected = Date.now();
+      const result = await pending;
+      assert.equal(result.status, 'failed');
+      assert.equal(result.error.exception_type, 'JobLost');
+      assert.ok(Date.now() - reconnected < 5000);
+    });
+
+    it('a check under way during a reconnect is followed by another: a job that ended meanwhile is seen', async () => {
+      const { sandbox, connection, tracker } = await setUp({ trackerOptions: { quietCheckMs: 600_000 } });
+      const sockets = connection.sockets();
+      await sockets.ready(5000);
+      const job = sandbox.jobs.submit(workflow(HANG), connection.clientId);
+      const pending = tracker.track(job.id);
+      await until(() => tracker.views()[0]?.phase === 'running', 'the job to run');
+      // After the first reconnect the status check answers "running" at once, but the answer is held back.
+      sandbox.faults.add({ path: `/api/jobs/${job.id}`, holdMs: 500 });
+      sandbox.events.dropSockets();
+      await until(() => sandbox.counters.matching(`/api/jobs/${job.id}`).length === 1, 'the first check');
+      await sleep(50);
+      // The job ends with no event reaching us, and the socket drops and comes back again meanwhile.
+      job.state = 'completed';
+      await until(() => sockets.epoch === 2 && sockets.isOpen, 'the first reconnect');
+      sandbox.events.dropSockets();
+      await until(() => sockets.epoch === 3 && sockets.isOpen, 'the second reconnect');
+      const result = await Promise.race([pending, sleep(3000).then(() => 'still waiting')]);
+      assert.equal(result?.status, 'completed');
+    });
+  });
+
+  describe('cancel means cancelled (nodes)', () => {
+    const catchNode = coreNode('common/25-catch.js');
+    let sandbox;
+    before(async () => {
+      await helper.startServer();
+    });
+    after(async () => {
+      await helper.stopServer();
+    });
+    beforeEach(async () => {
+      sandbox = await startSandbox({ events: { stepDelayMs: 1 } });
+    });
+    afterEach(async () => {
+      await helper.unload();
+      await sandbox.close();
+    });
+
+    async function loadFlow(target = sandbox) {
+      const flow = awaitFlow(target, {}, [
+        {
+          id: 'queue',
+          z: 'f1',
+          type: 'graph-gen-queue',
+          server: 'cfg',
+          action: 'cancel',
+          wires: [['queued']],
+        },
+        { id: 'queued', z: 'f1', type: 'helper' },
+      ]);
+      await helper.load([configNode, awaitNode, queueNode, catchNode], flow, { cfg: {} });
+      const connection = helper.getNode('cfg').connection;
+      await connection.sockets().ready(5000);
+      return {
+        connection,
+        done: collect('done'),
+        failed: collect('failed'),
+        queued: collect('queued'),
+      };
+    }
+
+    /** A job that runs until stopped, and one waiting behind it (self-hosted servers run one at a time). */
+    async function runningAndPending(connection) {
+      const running = sandbox.jobs.submit(workflow(HANG), connection.clientId);
+      const waiting = sandbox.jobs.submit(workflow(), connection.clientId);
+      await until(() => running.state === 'in_progress', 'the first job to run');
+      return { running, waiting };
+    }
+
+    it('cancelling a pending job ends its await cancelled at once; msg.removed names it', async () => {
+      const { connection, failed, queued } = await loadFlow();
+      const { running, waiting } = await runningAndPending(connection);
+      helper.getNode('await').receive({ prompt_id: waiting.id });
+      await sleep(50);
+      const started = Date.now();
+      helper.getNode('queue').receive({ prompt_id: waiting.id });
+      const out = await queued.next();
+      assert.deepEqual(out.removed, [waiting.id]);
+      assert.deepEqual(out.interrupted, []);
+      assert.deepEqual(out.not_queued, []);
+      const ended = await failed.next(1, 2000);
+      assert.equal(ended.payload.status, 'cancelled');
+      assert.equal(ended.payload.prompt_id, waiting.id);
+      assert.ok(Date.now() - started < 1000);
+      assert.equal(sandbox.jobs.jobs.has(waiting.id), false, 'the server forgot the pending job');
+      assert.equal(running.state, 'in_progress', 'the running job was not touched');
+      assert.equal(sandbox.counters.matching('/api/interrupt').length, 0);
+    });
+
+    it('cancelling the running job sends the targeted interrupt; its await ends cancelled', async () => {
+      const { connection, failed, queued } = await loadFlow();
+      const { running } = await runningAndPending(connection);
+      helper.getNode('await').receive({ prompt_id: running.id });
+      helper.getNode('queue').receive({ prompt_id: running.id });
+      const out = await queued.next();
+      assert.deepEqual(out.interrupted, [running.id]);
+      assert.deepEqual(out.removed, []);
+      const [interrupt] = sandbox.counters.matching('/api/interrupt', 'POST');
+      assert.ok(interrupt, 'an interrupt was sent');
+      const ended = await failed.next(1, 3000);
+      assert.equal(ended.payload.status, 'cancelled');
+      assert.equal(running.state, 'cancelled');
+    });
+
+    it('an await of a job cancelled from the queue before it was awaited ends cancelled at once', async () => {
+      const { connection, failed, queued } = await loadFlow();
+      const { waiting } = await runningAndPending(connection);
+      helper.getNode('queue').receive({ prompt_id: waiting.id });
+      await queued.next();
+      helper.getNode('await').receive({ prompt_id: waiting.id });
+      const ended = await failed.next(1, 1000);
+      assert.equal(ended.payload.status, 'cancelled');
+    });
+
+    it('a job interrupted while nobody awaited it reads as cancelled, though the server says failed', async () => {
+      const { failed } = await loadFlow();
+      const job = sandbox.jobs.submit(workflow(HANG), 'another-client');
+      await until(() => job.state === 'in_progress', 'the job to run');
+      sandbox.jobs.interrupt(job.id);
+      const detail = await (await fetch(`${sandbox.url}/api/jobs/${job.id}`)).json();
+      assert.equal(detail.status, 'failed');
+      helper.getNode('await').receive({ prompt_id: job.id });
+      const ended = await failed.next(1, 3000);
+      assert.equal(ended.payload.status, 'cancelled');
+      assert.equal(ended.payload.error, undefined);
+    });
+
+    it('interrupt with msg.prompt_id of a job that is not running interrupts nothing', async () => {
+      const { connection, queued } = await loadFlow();
+      const { running, waiting } = await runningAndPending(connection);
+      helper.getNode('queue').receive({ action: 'interrupt', prompt_id: waiting.id });
+      await queued.next();
+      const [sent] = sandbox.counters.matching('/api/interrupt', 'POST');
+      assert.ok(sent);
+      assert.equal(running.state, 'in_progress');
+      assert.equal(waiting.state, 'pending');
+      helper.getNode('queue').receive({ action: 'interrupt', prompt_id: running.id });
+      await queued.next();
+      await until(() => running.state === 'cancelled', 'the running job to be interrupted');
+    });
+
+    it('a cloud service that honours delete for a running job gets no interrupt', async () => {
+      await sandbox.close();
+      sandbox = await startSandbox({ generationApiKey: KEY, events: { stepDelayMs: 1 } });
+      const flow = awaitFlow(sandbox, {}, [
+        {
+          id: 'queue',
+          z: 'f1',
+          type: 'graph-gen-queue',
+          server: 'cfg',
+          action: 'cancel',
+          wires: [['queued']],
+        },
+        { id: 'queued', z: 'f1', type: 'helper' },
+      ]);
+      await helper.load([configNode, awaitNode, queueNode, catchNode], flow, { cfg: { apiKey: KEY } });
+      const failed = collect('failed');
+      const queued = collect('queued');
+      const job = sandbox.jobs.submit(workflow(HANG), 'someone');
+      await until(() => job.state === 'in_progress', 'the job to run');
+      helper.getNode('await').receive({ prompt_id: job.id });
+      helper.getNode('queue').receive({ prompt_id: job.id });
+      const out = await queued.next();
+      assert.deepEqual(out.payload, { deleted: [job.id] });
+      assert.deepEqual(out.removed, [job.id]);
+      assert.deepEqual(out.interrupted, []);
+      assert.equal(sandbox.counters.matching('/api/interrupt').length, 0);
+      assert.equal((await failed.next(1, 2000)).payload.status, 'cancelled');
+    });
+  });
+});
