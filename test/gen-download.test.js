@@ -144,6 +144,92 @@ describe('graph-gen-download', () => {
     assert.ok(fs.readFileSync(msg.payload).equals(foxBytes));
   });
 
+  it('overwriting: a transfer that breaks off keeps the old file and leaves no partial file', async () => {
+    const target = fs.mkdtempSync(path.join(directory, 'break-'));
+    fs.writeFileSync(path.join(target, fox.filename), 'mine');
+    await load(
+      flowWith(
+        {
+          type: 'graph-gen-download',
+          mode: 'file',
+          directory: target,
+          directoryType: 'str',
+          overwrite: true,
+        },
+        { baseUrl: cloud.url },
+      ),
+    );
+    cloud.generation.storage.faults.add({ path: /^\/files\//, breakAfterBytes: 20_000, times: 10 });
+    const failure = await failureOf('n', { payload: fox }, 15000);
+    assert.equal(failure.error.code, 'network');
+    assert.match(failure.error.message, /"fox_00001_.png" broke off/);
+    assert.deepEqual(fs.readdirSync(target), [fox.filename]);
+    assert.equal(fs.readFileSync(path.join(target, fox.filename), 'utf8'), 'mine');
+  });
+
+  it('overwriting: a redeploy during the transfer keeps the old file and leaves no partial file', async () => {
+    const target = fs.mkdtempSync(path.join(directory, 'redeploy-'));
+    fs.writeFileSync(path.join(target, fox.filename), 'mine');
+    await load(
+      flowWith(
+        {
+          type: 'graph-gen-download',
+          mode: 'file',
+          directory: target,
+          directoryType: 'str',
+          overwrite: true,
+        },
+        { baseUrl: cloud.url },
+      ),
+    );
+    cloud.generation.storage.faults.add({ path: /^\/files\//, stallAfterBytes: 20_000 });
+    helper.getNode('n').receive({ payload: fox });
+    const deadline = Date.now() + 5000;
+    while (!fs.readdirSync(target).some((name) => name.endsWith('.part')) && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(
+      fs.readFileSync(path.join(target, fox.filename), 'utf8'),
+      'mine',
+      'the old file during the transfer',
+    );
+    await helper.unload();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepEqual(fs.readdirSync(target), [fox.filename]);
+    assert.equal(fs.readFileSync(path.join(target, fox.filename), 'utf8'), 'mine');
+  });
+
+  it('two downloads of one name at once never interleave: the file is one of them whole', async () => {
+    const target = fs.mkdtempSync(path.join(directory, 'twice-'));
+    // Two files of one name in two subfolders: both are saved as big.bin.
+    const one = { filename: 'big.bin', subfolder: 'one', type: 'output' };
+    const two = { filename: 'big.bin', subfolder: 'two', type: 'output' };
+    const oneBytes = crypto.randomBytes(3 << 20);
+    const twoBytes = crypto.randomBytes(2 << 20);
+    cloud.generation.addFile(one, { content: oneBytes });
+    cloud.generation.addFile(two, { content: twoBytes });
+    await load(
+      flowWith(
+        {
+          type: 'graph-gen-download',
+          mode: 'file',
+          directory: target,
+          directoryType: 'str',
+          overwrite: true,
+        },
+        { baseUrl: cloud.url },
+      ),
+    );
+    for (let round = 0; round < 5; round++) {
+      const both = messages('out', 2, 10000);
+      helper.getNode('n').receive({ payload: one });
+      helper.getNode('n').receive({ payload: two });
+      await both;
+      const saved = fs.readFileSync(path.join(target, 'big.bin'));
+      assert.ok(saved.equals(oneBytes) || saved.equals(twoBytes), `round ${round}: a mix of both files`);
+      assert.deepEqual(fs.readdirSync(target), ['big.bin']);
+    }
+  });
+
   it('file mode takes msg.directory, and refuses without any directory', async () => {
     await load(flowWith({ type: 'graph-gen-download', mode: 'file' }, { baseUrl: cloud.url }));
     const target = path.join(directory, 'from-msg');

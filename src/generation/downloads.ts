@@ -2,12 +2,13 @@
  * Downloading output files: which references a message names, where a file may be saved, and saving or
  * buffering a download. No Node-RED inside.
  */
-import { createWriteStream } from 'node:fs';
-import { mkdir, unlink } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { access, link, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { ServiceError, invalidInput } from '../http/errors';
-import type { FileReference, GenerationRestClient, OpenFile } from './rest-client';
+import type { FileReference, GenerationRestClient } from './rest-client';
 
 function isReference(value: unknown): value is FileReference {
   return (
@@ -91,9 +92,9 @@ export async function downloadToBuffer(
   }
 }
 
-/** A write stream on `target`, open; `wx` refuses an existing file. */
-async function openTarget(target: string, flags: 'w' | 'wx', ref: FileReference, directory: string) {
-  const out = createWriteStream(target, { flags });
+/** A new file to write: `wx`, so it never takes over a file that is there. */
+async function createFile(file: string, ref: FileReference, directory: string) {
+  const out = createWriteStream(file, { flags: 'wx' });
   try {
     await new Promise<void>((resolve, reject) => {
       out.once('open', () => resolve());
@@ -101,20 +102,56 @@ async function openTarget(target: string, flags: 'w' | 'wx', ref: FileReference,
     });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST') {
-      throw invalidInput(
-        `"${ref.filename}" already exists in ${directory}: it was not overwritten (see the overwrite setting)`,
-      );
-    }
     throw invalidInput(`"${ref.filename}" cannot be written to ${directory} (${code ?? String(error)})`);
   }
   return out;
 }
 
+function alreadyExists(ref: FileReference, directory: string): ServiceError {
+  return invalidInput(
+    `"${ref.filename}" already exists in ${directory}: it was not overwritten (see the overwrite setting)`,
+  );
+}
+
+async function exists(file: string): Promise<boolean> {
+  return access(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+/**
+ * Puts the finished temporary file at `target`. Overwriting is a rename, atomic: the target is the old file
+ * or the new one, never a mix. Otherwise a hard link, which refuses a file that appeared meanwhile (a
+ * rename where the file system has no links).
+ */
+async function place(
+  temporary: string,
+  target: string,
+  overwrite: boolean,
+  ref: FileReference,
+  directory: string,
+) {
+  if (overwrite) {
+    await rename(temporary, target);
+    return;
+  }
+  try {
+    await link(temporary, target);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST' || (await exists(target)))
+      throw alreadyExists(ref, directory);
+    await rename(temporary, target);
+    return;
+  }
+  await unlink(temporary);
+}
+
 /**
  * Streams a file into `directory` under the service's name. An existing file is kept unless `overwrite`
- * (refused before anything is requested); when overwriting, the old file is replaced only once the service
- * has answered with the file. A partial file is removed when the transfer fails.
+ * (refused before anything is requested). The bytes go to a temporary file beside the target, which takes
+ * the target's place only once the file is complete: a transfer that breaks off, or a redeploy that stops
+ * it, leaves the old file as it was and no partial file; two downloads of one name never interleave.
  */
 export async function downloadToDirectory(
   rest: GenerationRestClient,
@@ -125,25 +162,21 @@ export async function downloadToDirectory(
 ): Promise<{ path: string; contentType?: string; size: number }> {
   const target = targetPath(directory, ref.filename);
   await mkdir(path.dirname(target), { recursive: true });
-  let out = overwrite ? undefined : await openTarget(target, 'wx', ref, directory);
-  let file: OpenFile;
+  if (!overwrite && (await exists(target))) throw alreadyExists(ref, directory);
+  const file = await rest.openFile(ref, signal);
+  const temporary = path.join(path.dirname(target), `.graph-gen-${randomBytes(8).toString('hex')}.part`);
+  let out: WriteStream;
   try {
-    file = await rest.openFile(ref, signal);
-  } catch (error) {
-    out?.destroy();
-    if (out) await unlink(target).catch(() => undefined);
-    throw error;
-  }
-  try {
-    out ??= await openTarget(target, 'w', ref, directory);
+    out = await createFile(temporary, ref, directory);
   } catch (error) {
     await file.body.dump().catch(() => undefined);
     throw error;
   }
   try {
     await pipeline(file.body, out, { signal });
+    await place(temporary, target, overwrite, ref, directory);
   } catch (error) {
-    await unlink(target).catch(() => undefined);
+    await unlink(temporary).catch(() => undefined);
     throw interrupted(ref, error);
   }
   return { path: target, contentType: file.contentType, size: out.bytesWritten };

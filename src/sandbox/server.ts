@@ -25,6 +25,10 @@ export interface Fault {
   malformed?: boolean;
   /** Let the route answer at once, but hold the answer back this long (an answer that arrives stale). */
   holdMs?: number;
+  /** Let the route answer, but cut the connection once this many body bytes are sent (a broken transfer). */
+  breakAfterBytes?: number;
+  /** Let the route answer, but send nothing more once this many body bytes are sent (a stalled transfer). */
+  stallAfterBytes?: number;
   /** How many requests the fault applies to (default 1; Infinity for all). */
   times?: number;
 }
@@ -224,6 +228,8 @@ export class SandboxServer {
           return res;
         }) as typeof res.end;
       }
+      if (fault?.breakAfterBytes !== undefined) limitBody(res, fault.breakAfterBytes, 'break');
+      if (fault?.stallAfterBytes !== undefined) limitBody(res, fault.stallAfterBytes, 'stall');
       const params = (route.pattern.exec(url.pathname) ?? []).slice(1);
       const ctx = context(req, res, url, params);
       if (fault?.malformed) {
@@ -267,6 +273,31 @@ export class SandboxServer {
       entry.handler(ws, req, url);
     });
   }
+}
+
+/** Sends at most `limit` body bytes of the answer, then destroys the connection or sends nothing more. */
+function limitBody(res: http.ServerResponse, limit: number, then: 'break' | 'stall'): void {
+  let sent = 0;
+  const write = res.write.bind(res) as (chunk: Buffer) => boolean;
+  const cut = (chunk: unknown): boolean => {
+    if (chunk === undefined || typeof chunk === 'function') return true;
+    const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk));
+    const room = limit - sent;
+    if (bytes.length < room) {
+      sent += bytes.length;
+      write(bytes);
+      return true;
+    }
+    if (room > 0) write(bytes.subarray(0, room));
+    sent = limit;
+    if (then === 'break') setImmediate(() => res.socket?.destroy());
+    return false;
+  };
+  res.write = ((chunk: unknown) => cut(chunk)) as typeof res.write;
+  res.end = ((chunk?: unknown) => {
+    if (cut(chunk) && sent < limit && then === 'break') res.socket?.destroy();
+    return res;
+  }) as typeof res.end;
 }
 
 function context(
