@@ -140,3 +140,32 @@ describe('generation REST pieces', () => {
     assert.equal(promptIdOfQueueElement('x'), undefined);
   });
 });
+
+describe('Limiter', () => {
+  const { Limiter } = require('../dist/generation/limiter');
+
+  it('runs at most its concurrency at a time, the rest in arrival order, and survives a failing task', async () => {
+    const limiter = new Limiter(3);
+    let active = 0;
+    let most = 0;
+    const order = [];
+    const task = (index) => async () => {
+      active += 1;
+      most = Math.max(most, active);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      active -= 1;
+      order.push(index);
+      if (index === 4) throw new Error('task 4 fails');
+      return index;
+    };
+    const results = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => limiter.run(task(i))));
+    assert.equal(most, 3);
+    assert.deepEqual(order.slice(0, 3).sort(), [0, 1, 2]);
+    assert.equal(results[4].status, 'rejected');
+    assert.deepEqual(
+      results.filter((r) => r.status === 'fulfilled').map((r) => r.value),
+      [0, 1, 2, 3, 5, 6, 7, 8, 9],
+    );
+    assert.equal(limiter.active, 0);
+  });
+});

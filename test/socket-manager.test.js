@@ -197,25 +197,99 @@ describe('socket manager', () => {
     assert.deepEqual(listen(aged, 'old').events, [], 'an old kept job was dropped');
   });
 
-  it('bounds the preview bytes it keeps for jobs nobody awaits, keeping their other events', async () => {
-    const sockets = manager({ limits: { keptFrameBytes: 1000 } });
+  it('bounds the bytes it keeps for jobs nobody awaits, text and binary, the oldest jobs making room', async () => {
+    const sockets = manager({ limits: { keptBytes: 2000 } });
     await sockets.ready(5000);
     const preview = (id) => encodePreviewWithMetadata({ prompt_id: id }, Buffer.alloc(400, 1));
-    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_start', data: { prompt_id: 'big' } }));
+    const start = (id) => JSON.stringify({ type: 'execution_start', data: { prompt_id: id } });
+    sandbox.events.sendRaw(start('old'));
+    sandbox.events.sendRaw(preview('old'));
+    sandbox.events.sendRaw(start('big'));
     for (let i = 0; i < 3; i++) sandbox.events.sendRaw(preview('big'));
-    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_success', data: { prompt_id: 'big' } }));
-    sandbox.events.sendRaw(preview('next'));
-    await until(() => sockets.stats.framesReceived >= 7, 'the frames');
-    assert.equal(sockets.keptFrameBytes, 800, "two previews fit; the third and the next job's do not");
-    assert.deepEqual(listen(sockets, 'big').types(), [
+    sandbox.events.sendRaw(
+      JSON.stringify({ type: 'progress', data: { prompt_id: 'big', text: 'x'.repeat(900) } }),
+    );
+    await until(() => sockets.stats.framesReceived >= 8, 'the frames');
+    assert.ok(sockets.keptBytes <= 2000, `${sockets.keptBytes} bytes kept`);
+    assert.equal(sockets.isKept('old'), false, 'the oldest job made room');
+    assert.deepEqual(listen(sockets, 'big').types().slice(0, 4), [
       'execution_start',
       'preview',
       'preview',
-      'execution_success',
+      'preview',
     ]);
-    assert.equal(sockets.keptFrameBytes, 0, 'a replay frees what it kept');
-    sandbox.events.sendRaw(preview('after'));
-    await until(() => sockets.keptFrameBytes === 400, 'room again for a preview');
+    assert.ok(sockets.stats.bufferedEventsDropped >= 1);
+  });
+
+  it('forgets kept jobs past their age on a timer, with no new event to push them out', async () => {
+    const sockets = manager({ limits: { maxAgeMs: 50 } });
+    await sockets.ready(5000);
+    sandbox.events.sendRaw(JSON.stringify({ type: 'executing', data: { node: '1', prompt_id: 'stale' } }));
+    await until(() => sockets.keptJobs === 1, 'the kept job');
+    await until(() => sockets.keptJobs === 0, 'the kept job to be forgotten', 3000);
+    assert.equal(sockets.keptBytes, 0);
+  });
+
+  it('replays kept events to every await of a job, the same events; they go when the last await leaves', async () => {
+    const sockets = manager();
+    await sockets.ready(5000);
+    const send = (type, data = {}) =>
+      sandbox.events.sendRaw(JSON.stringify({ type, data: { prompt_id: 'twice', ...data } }));
+    send('execution_start');
+    send('executed', { node: '9', output: { images: [{ filename: 'a.png' }] } });
+    await until(() => sockets.keptJobs === 1 && sockets.stats.framesReceived >= 3, 'the kept events');
+    const first = listen(sockets, 'twice');
+    send('executed', { node: '9', output: { images: [{ filename: 'b.png' }] } });
+    send('execution_success');
+    await until(() => first.events.length === 4, 'the live events');
+    const second = listen(sockets, 'twice');
+    assert.deepEqual(second.types(), first.types());
+    assert.deepEqual(
+      second.events.map((event) => event.data.output?.images?.[0]?.filename),
+      first.events.map((event) => event.data.output?.images?.[0]?.filename),
+    );
+    first.unsubscribe();
+    assert.equal(sockets.isKept('twice'), true, 'kept while one await is left');
+    second.unsubscribe({ ended: true });
+    assert.equal(sockets.isKept('twice'), false);
+    assert.equal(sockets.keptBytes, 0);
+  });
+
+  it('a listener that throws during the replay does not escape subscribe, and gets live events after', async () => {
+    const sockets = manager();
+    await sockets.ready(5000);
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_start', data: { prompt_id: 'throws' } }));
+    await until(() => sockets.keptJobs === 1, 'the kept event');
+    const seen = [];
+    let unsubscribe;
+    assert.doesNotThrow(() => {
+      unsubscribe = sockets.subscribe('throws', (event) => {
+        seen.push(event.type);
+        throw new Error('listener bug');
+      });
+    });
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_success', data: { prompt_id: 'throws' } }));
+    await until(() => seen.length === 2, 'the live event');
+    assert.deepEqual(seen, ['execution_start', 'execution_success']);
+    assert.ok(logs.some((line) => /a listener failed: Error: listener bug/.test(line)));
+    unsubscribe();
+  });
+
+  it('drops prompt-less previews while two jobs execute at once, counting them', async () => {
+    const sockets = manager();
+    await sockets.ready(5000);
+    const a = listen(sockets, 'job-a');
+    const b = listen(sockets, 'job-b');
+    const start = (id) => JSON.stringify({ type: 'execution_start', data: { prompt_id: id } });
+    sandbox.events.sendRaw(start('job-a'));
+    sandbox.events.sendRaw(start('job-b'));
+    sandbox.events.sendRaw(encodePreview('png', Buffer.from('89504e47', 'hex')));
+    sandbox.events.sendRaw(JSON.stringify({ type: 'execution_success', data: { prompt_id: 'job-a' } }));
+    sandbox.events.sendRaw(encodePreview('png', Buffer.from('89504e47', 'hex')));
+    await until(() => sockets.stats.framesReceived >= 6, 'the frames');
+    assert.deepEqual(a.types(), ['execution_start', 'execution_success']);
+    assert.deepEqual(b.types(), ['execution_start', 'preview'], 'only the one running job gets the second');
+    assert.equal(sockets.stats.unattributedFrames, 1);
   });
 
   it('gives prompt-less binary frames (types 1 and 3) to the job that is executing', async () => {

@@ -8,7 +8,9 @@ import type { CancelKind } from './cancels';
 import type { GenerationConnection } from './connection';
 import type { ImageType, PreviewMetadata } from './frames';
 import { filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
+import { setMaxListeners } from 'node:events';
 import { executionError, type ExecutionError, type StatusAnswer } from './job-status';
+import { Limiter } from './limiter';
 import { isTerminal } from './status-words';
 import type { ConnectionState, SocketEvent, SocketUser } from './socket-manager';
 
@@ -87,6 +89,8 @@ export interface JobView {
 const SWEEP_SETTLE_MS = 300;
 const SWEEP_INTERVAL_MS = 2_000;
 const SWEEP_JOBS = 25;
+/** Status checks of one tracker in flight at once (after a reconnect every job is checked). */
+const CHECKS_AT_ONCE = 25;
 
 /** The error of a job that no route of the service knows any more. */
 export function jobLostError(promptId: string): ExecutionError {
@@ -164,6 +168,7 @@ export class JobTracker {
   private stopListening?: () => void;
   /** Aborts every request this tracker started when it closes: a redeploy must not wait for them. */
   private readonly aborter = new AbortController();
+  private readonly checks = new Limiter(CHECKS_AT_ONCE);
   private closed = false;
   private sweepTimer?: NodeJS.Timeout;
   private lastSweep = 0;
@@ -184,6 +189,9 @@ export class JobTracker {
       unknownGraceMs: 10_000,
       ...options,
     };
+    // Each request in flight listens to the signal: up to CHECKS_AT_ONCE checks, and the outputs of jobs
+    // ending at once; more listeners than Node's default of 10 are expected, not a leak.
+    setMaxListeners(1000, this.aborter.signal);
   }
 
   /** The jobs followed now, for a node's status. */
@@ -414,7 +422,7 @@ export class JobTracker {
     if (job.checking || job.ending) return;
     job.checking = true;
     job.lastChecked = Date.now();
-    const answer = await this.ask(job);
+    const answer = await this.checks.run(async () => (job.ending || this.closed ? undefined : this.ask(job)));
     job.checking = false;
     if (job.ending || !this.jobs.has(job)) return;
     if (job.recheck) {

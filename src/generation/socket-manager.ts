@@ -1,8 +1,9 @@
 /**
  * The one WebSocket of a config node, shared by every node that uses it. It owns the socket, its heartbeat
  * and its reconnects; nodes register as users (queue status, notifications, connection state) and subscribe
- * per prompt_id. Events of a prompt_id nobody awaits yet are kept, bounded, and replayed in order to the
- * first subscriber, so `submit -> delay -> await` loses nothing. No Node-RED inside.
+ * per prompt_id. Events of a prompt_id nobody awaits yet are kept, bounded, and replayed in order to every
+ * subscriber, so `submit -> delay -> await` loses nothing and two awaits of one job see the same events.
+ * No Node-RED inside.
  */
 import WebSocket from 'ws';
 import { redact } from '../http/errors';
@@ -44,10 +45,11 @@ export interface BufferLimits {
   /** Binary frames larger than this are dropped. */
   maxFrameBytes: number;
   /**
-   * Bytes of previews and texts kept for all such jobs together; further ones are dropped (a cloud socket
-   * gets every job of the key, awaited or not, and previews are the bulk of it).
+   * Bytes of the events (text and binary frames) kept for all such jobs together; the oldest jobs make room,
+   * and an event that still does not fit is dropped (a cloud socket gets every job of the key, awaited or
+   * not).
    */
-  keptFrameBytes: number;
+  keptBytes: number;
 }
 
 export type LogLevel = 'debug' | 'warn';
@@ -62,6 +64,8 @@ export interface SocketEvent {
   frame?: BinaryFrame;
   /** Which connection (counted from 1) delivered it: a change between two events of a job means a gap. */
   epoch: number;
+  /** The frame's size on the wire, for the bound on what is kept. */
+  bytes?: number;
 }
 
 export type JobListener = (event: SocketEvent) => void;
@@ -83,6 +87,8 @@ export interface SocketStats {
   unknownBinaryFrames: number;
   eventsBuffered: number;
   bufferedEventsDropped: number;
+  /** Previews and texts without a prompt_id while no single job was executing: dropped. */
+  unattributedFrames: number;
 }
 
 interface BufferedJob {
@@ -110,7 +116,7 @@ export class SocketManager {
     jobs: 2_000,
     maxAgeMs: 10 * 60_000,
     maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
-    keptFrameBytes: 64 * 1024 * 1024,
+    keptBytes: 64 * 1024 * 1024,
   };
 
   readonly stats: SocketStats = {
@@ -120,6 +126,7 @@ export class SocketManager {
     unknownBinaryFrames: 0,
     eventsBuffered: 0,
     bufferedEventsDropped: 0,
+    unattributedFrames: 0,
   };
 
   private readonly timings: SocketTimings;
@@ -136,10 +143,11 @@ export class SocketManager {
   private attempt = 0;
   private refused = false;
   private closed = false;
-  /** The job that binary frames without a prompt_id (types 1 and 3) belong to. */
-  private executingPrompt?: string;
-  /** Bytes of the binary frames in `buffered`. */
-  private keptBytes = 0;
+  /** The jobs executing now, by their events: prompt-less binary frames belong to the one, if only one. */
+  private readonly executing = new Set<string>();
+  /** Bytes of the events in `buffered`. */
+  private keptSize = 0;
+  private ageTimer?: NodeJS.Timeout;
   private reconnectTimer?: NodeJS.Timeout;
   private reconnectAt = 0;
   private pingTimer?: NodeJS.Timeout;
@@ -219,11 +227,10 @@ export class SocketManager {
     this.ended.delete(promptId);
     this.cancelGrace();
     this.ensureOpen();
+    // The kept events stay (and grow with live ones) while the job is awaited, so a second await of the
+    // same job is replayed the same events; they go when its last await leaves.
     const kept = this.buffered.get(promptId);
-    if (kept) {
-      this.forget(promptId, kept);
-      for (const event of kept.events) listener(event);
-    }
+    if (kept) for (const event of [...kept.events]) this.deliver(listener, event);
     let subscribed = true;
     return (options = {}) => {
       if (!subscribed) return;
@@ -232,6 +239,8 @@ export class SocketManager {
       current?.delete(listener);
       if (current && current.size === 0) {
         this.listeners.delete(promptId);
+        const entry = this.buffered.get(promptId);
+        if (entry) this.forget(promptId, entry);
         if (options.ended) this.rememberEnded(promptId);
       }
       this.closeWhenUnused();
@@ -245,7 +254,9 @@ export class SocketManager {
     this.cancelGrace();
     for (const waiter of [...this.waiters]) waiter.finish(false);
     this.buffered.clear();
-    this.keptBytes = 0;
+    this.keptSize = 0;
+    clearInterval(this.ageTimer);
+    this.ageTimer = undefined;
     this.listeners.clear();
     await this.closeSocket();
     this.setState('closed');
@@ -330,7 +341,7 @@ export class SocketManager {
     clearInterval(this.pingTimer);
     clearTimeout(this.stableTimer);
     this.pingTimer = this.stableTimer = undefined;
-    this.executingPrompt = undefined;
+    this.executing.clear();
     if (this.closed) return;
     if (this.currentState === 'idle') {
       // Someone subscribed or waited while this idle close was under way (ensureOpen saw the closing socket
@@ -432,6 +443,16 @@ export class SocketManager {
     else this.onText(buffer);
   }
 
+  /** Whether other awaits already listen to this job (a new one has missed their earlier events). */
+  isListened(promptId: string): boolean {
+    return this.listeners.has(promptId);
+  }
+
+  /** Whether events of this job are kept (a new await is replayed them all). */
+  isKept(promptId: string): boolean {
+    return this.buffered.has(promptId);
+  }
+
   private drop(reason: string): void {
     this.stats.framesDropped += 1;
     this.log('debug', `graph-gen socket: dropped a frame: ${reason}`);
@@ -456,6 +477,8 @@ export class SocketManager {
         : {};
     if (type === 'status') {
       const queue = queueRemaining(data);
+      // An empty queue: nothing executes, whatever end events were missed.
+      if (queue === 0) this.executing.clear();
       for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
       return;
     }
@@ -467,19 +490,19 @@ export class SocketManager {
     const promptId = data.prompt_id;
     if (typeof promptId !== 'string' || promptId === '') return;
     this.trackExecuting(type, data, promptId);
-    this.dispatch(promptId, { type, data, epoch: this.epochCount });
+    this.dispatch(promptId, { type, data, epoch: this.epochCount, bytes: buffer.length });
   }
 
-  /** Binary types 1 and 3 carry no prompt_id: they belong to the job the service says is executing. */
+  /**
+   * Binary types 1 and 3 carry no prompt_id: they belong to the job that is executing, which only the
+   * events tell. Several at once (a cloud key runs jobs in parallel) and no frame can be placed.
+   */
   private trackExecuting(type: string, data: Record<string, unknown>, promptId: string): void {
-    if (type === 'execution_start') this.executingPrompt = promptId;
+    if (type === 'execution_start') this.executing.add(promptId);
     else if (type === 'executing') {
-      if (data.node === null || data.node === undefined || data.node === '') {
-        if (this.executingPrompt === promptId) this.executingPrompt = undefined;
-      } else this.executingPrompt = promptId;
-    } else if (TERMINAL_EVENTS.has(type) && this.executingPrompt === promptId) {
-      this.executingPrompt = undefined;
-    }
+      if (data.node === null || data.node === undefined || data.node === '') this.executing.delete(promptId);
+      else this.executing.add(promptId);
+    } else if (TERMINAL_EVENTS.has(type)) this.executing.delete(promptId);
   }
 
   private onBinary(buffer: Buffer): void {
@@ -490,28 +513,39 @@ export class SocketManager {
       return;
     }
     const frame = parsed.frame;
+    const bytes = buffer.length;
     if (frame.type === 4) {
       const promptId = frame.metadata.prompt_id;
       if (typeof promptId !== 'string' || promptId === '') {
         this.drop('preview whose metadata has no prompt_id');
         return;
       }
-      this.dispatch(promptId, { type: 'preview', data: frame.metadata, frame, epoch: this.epochCount });
+      this.dispatch(promptId, {
+        type: 'preview',
+        data: frame.metadata,
+        frame,
+        epoch: this.epochCount,
+        bytes,
+      });
       return;
     }
-    const promptId = this.executingPrompt;
-    if (!promptId) {
-      this.drop(`binary frame of type ${frame.type} while no job is executing`);
+    if (this.executing.size !== 1) {
+      if (this.executing.size > 1) this.stats.unattributedFrames += 1;
+      this.drop(
+        `binary frame of type ${frame.type} while ${this.executing.size === 0 ? 'no job is' : 'several jobs are'} executing`,
+      );
       return;
     }
+    const [promptId] = this.executing;
     const event: SocketEvent =
       frame.type === 1
-        ? { type: 'preview', data: { prompt_id: promptId }, frame, epoch: this.epochCount }
+        ? { type: 'preview', data: { prompt_id: promptId }, frame, epoch: this.epochCount, bytes }
         : {
             type: 'text',
             data: { prompt_id: promptId, node: frame.nodeId, text: frame.text },
             frame,
             epoch: this.epochCount,
+            bytes,
           };
     this.dispatch(promptId, event);
   }
@@ -522,6 +556,8 @@ export class SocketManager {
       // One listener is the common case: no copy of the set per event.
       if (set.size === 1) for (const listener of set) this.deliver(listener, event);
       else for (const listener of [...set]) this.deliver(listener, event);
+      // A job awaited after its events were kept keeps them all, for a further await of it.
+      if (this.buffered.has(promptId)) this.keep(promptId, event);
       return;
     }
     if (this.ended.has(promptId)) return;
@@ -529,42 +565,61 @@ export class SocketManager {
   }
 
   private keep(promptId: string, event: SocketEvent): void {
-    const size = frameBytes(event);
-    if (size > 0 && this.keptBytes + size > this.limits.keptFrameBytes) {
+    const size = eventBytes(event);
+    const now = Date.now();
+    let entry = this.buffered.get(promptId);
+    // Map order is insertion order: the oldest kept jobs are at the front, and make room first.
+    for (const [id, kept] of this.buffered) {
+      const full =
+        this.keptSize + size > this.limits.keptBytes || (!entry && this.buffered.size >= this.limits.jobs);
+      if (!full && now - kept.firstAt <= this.limits.maxAgeMs) break;
+      if (id === promptId) break;
+      this.forget(id, kept);
+      this.stats.bufferedEventsDropped += kept.events.length;
+    }
+    if (this.keptSize + size > this.limits.keptBytes) {
       this.stats.bufferedEventsDropped += 1;
       return;
     }
-    const now = Date.now();
-    let entry = this.buffered.get(promptId);
     if (!entry) {
-      // Map order is insertion order: the oldest kept jobs are at the front.
-      for (const [id, kept] of this.buffered) {
-        if (this.buffered.size < this.limits.jobs && now - kept.firstAt <= this.limits.maxAgeMs) break;
-        this.forget(id, kept);
-        this.stats.bufferedEventsDropped += kept.events.length;
-      }
       entry = { firstAt: now, events: [] };
       this.buffered.set(promptId, entry);
+      this.ageTimer ??= setInterval(() => this.forgetOld(), Math.max(1000, this.limits.maxAgeMs / 4));
+      this.ageTimer.unref();
     }
     entry.events.push(event);
-    this.keptBytes += size;
+    this.keptSize += size;
     this.stats.eventsBuffered += 1;
     if (entry.events.length > this.limits.eventsPerJob) {
       const lossy = entry.events.findIndex((kept) => LOSSY_EVENTS.has(kept.type));
       const [dropped] = entry.events.splice(lossy >= 0 ? lossy : 0, 1);
-      this.keptBytes -= frameBytes(dropped);
+      this.keptSize -= eventBytes(dropped);
       this.stats.bufferedEventsDropped += 1;
+    }
+  }
+
+  /** Drops kept jobs past their age, on a timer: no new event may come to push them out. */
+  private forgetOld(): void {
+    const now = Date.now();
+    for (const [id, kept] of this.buffered) {
+      if (now - kept.firstAt <= this.limits.maxAgeMs) break;
+      this.forget(id, kept);
+      this.stats.bufferedEventsDropped += kept.events.length;
+    }
+    if (this.buffered.size === 0) {
+      clearInterval(this.ageTimer);
+      this.ageTimer = undefined;
     }
   }
 
   private forget(promptId: string, kept: BufferedJob): void {
     this.buffered.delete(promptId);
-    for (const event of kept.events) this.keptBytes -= frameBytes(event);
+    for (const event of kept.events) this.keptSize -= eventBytes(event);
   }
 
-  /** Bytes of previews and texts kept for jobs nobody awaits yet. */
-  get keptFrameBytes(): number {
-    return this.keptBytes;
+  /** Bytes of the events kept for later awaits. */
+  get keptBytes(): number {
+    return this.keptSize;
   }
 
   private rememberEnded(promptId: string): void {
@@ -626,9 +681,11 @@ export function socketAddress(baseUrl: string, clientId: string, apiKey?: string
   return url.toString();
 }
 
-/** What a kept event's binary frame holds on to. */
-function frameBytes(event: SocketEvent | undefined): number {
-  const frame = event?.frame;
+/** What a kept event holds on to: its frame's size on the wire, or its binary frame's content. */
+function eventBytes(event: SocketEvent | undefined): number {
+  if (!event) return 0;
+  if (event.bytes !== undefined) return event.bytes;
+  const frame = event.frame;
   if (!frame) return 0;
   return frame.type === 3 ? Buffer.byteLength(frame.text) + frame.nodeId.length : frame.image.length;
 }
