@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { HttpClient } from '../http/client';
+import { invalidInput } from '../http/errors';
 import { CancelRegistry } from './cancels';
 import { JobLookup } from './job-status';
 import { GenerationRestClient, promptIdOfQueueElement } from './rest-client';
@@ -21,6 +22,23 @@ export interface GenerationSettings {
 }
 
 export const DEFAULT_PARTNER_KEY_FIELD = 'api_key_service_org';
+
+/** The base address as typed, checked: an http(s) address, or a refusal that says how to write it. */
+export function checkedBaseUrl(raw: string): string {
+  const text = raw.trim();
+  let address: URL | undefined;
+  try {
+    address = new URL(text);
+  } catch {
+    address = undefined;
+  }
+  if (!address || (address.protocol !== 'http:' && address.protocol !== 'https:')) {
+    throw invalidInput(
+      `the base address ${JSON.stringify(text.slice(0, 200))} of the graph-gen-config node is not an http(s) address: write it with its scheme, e.g. https://gen.example.com or http://127.0.0.1:8188`,
+    );
+  }
+  return text;
+}
 
 /** What a cancel did to each job it named. */
 export interface CancelOutcome {
@@ -51,14 +69,16 @@ export class GenerationConnection {
   readonly cancels = new CancelRegistry();
   private socketManager?: SocketManager;
 
+  /** Refuses (invalid_input) a base address that is not http(s). */
   constructor(readonly settings: GenerationSettings) {
+    checkedBaseUrl(settings.baseUrl);
     this.http = new HttpClient({
       baseUrl: settings.baseUrl,
       headers: settings.apiKey ? { 'x-api-key': settings.apiKey } : {},
       secrets: [settings.apiKey, settings.partnerKey],
       serviceName: 'the generation service',
     });
-    this.rest = new GenerationRestClient(this.http);
+    this.rest = new GenerationRestClient(this.http, settings.partnerKeyField);
     this.lookup = new JobLookup(this.http);
   }
 

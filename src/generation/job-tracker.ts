@@ -213,7 +213,8 @@ export class JobTracker {
     return new Promise<JobResult | undefined>((resolve) => {
       const job = new TrackedJob(promptId, options, resolve, this.options.pollInitialMs);
       this.jobs.add(job);
-      if (options.timeoutMs && options.timeoutMs > 0) {
+      // A timer past 2^31 - 1 ms would fire at once: a longer limit is no limit in practice.
+      if (options.timeoutMs && options.timeoutMs > 0 && options.timeoutMs <= 2 ** 31 - 1) {
         job.timeoutTimer = setTimeout(() => this.timeout(job), options.timeoutMs);
       }
       const sockets = this.connection.sockets();

@@ -6,7 +6,7 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { HttpClient, RawResponse } from '../http/client';
-import { ServiceError, invalidInput, messageFromBody } from '../http/errors';
+import { ServiceError, invalidInput, messageFromBody, redact } from '../http/errors';
 import type { NodeTypeDefinition, Workflow } from './workflow';
 import { describeSubmitProblems } from './workflow';
 import { multipartBody, type FormPart } from './multipart-body';
@@ -89,11 +89,40 @@ export function promptIdOfQueueElement(element: unknown): string | undefined {
   return undefined;
 }
 
+/** extra_data fields that carry keys, whatever a deployment calls its partner key field. */
+const KEY_FIELDS = ['api_key_comfy_org', 'api_key_service_org'];
+const KEY_LIKE = /key|token|secret|password|auth/i;
+
+/** A queue element without the keys its `extra_data` may hold (other clients' partner keys). */
+function withoutKeys(element: unknown, keyField: string): unknown {
+  const clean = (extra: unknown) => {
+    if (!extra || typeof extra !== 'object' || Array.isArray(extra)) return extra;
+    return Object.fromEntries(
+      Object.entries(extra).filter(
+        ([field]) => field !== keyField && !KEY_FIELDS.includes(field) && !KEY_LIKE.test(field),
+      ),
+    );
+  };
+  if (Array.isArray(element)) return element.map((item, index) => (index === 3 ? clean(item) : item));
+  if (element && typeof element === 'object') {
+    const record = { ...(element as Record<string, unknown>) };
+    if ('extra_data' in record) record.extra_data = clean(record.extra_data);
+    for (const field of Object.keys(record))
+      if (field === keyField || KEY_FIELDS.includes(field) || KEY_LIKE.test(field)) delete record[field];
+    return record;
+  }
+  return element;
+}
+
 export class GenerationRestClient {
   private definitions?: Record<string, NodeTypeDefinition>;
   private definitionsLoading?: Promise<Record<string, NodeTypeDefinition>>;
 
-  constructor(private readonly http: HttpClient) {}
+  /** `partnerKeyField`: the extra_data field of partner keys, removed from queue entries. */
+  constructor(
+    private readonly http: HttpClient,
+    private readonly partnerKeyField = 'api_key_service_org',
+  ) {}
 
   /** GET /api/object_info, cached until `refresh` or a lookup misses. */
   async nodeDefinitions(refresh = false): Promise<Record<string, NodeTypeDefinition>> {
@@ -219,6 +248,7 @@ export class GenerationRestClient {
     prompt: Workflow,
     clientId: string,
     extraData?: Record<string, unknown>,
+    signal?: AbortSignal,
   ): Promise<SubmitResult> {
     const payload: Record<string, unknown> = { prompt, client_id: clientId };
     if (extraData && Object.keys(extraData).length > 0) payload.extra_data = extraData;
@@ -228,6 +258,7 @@ export class GenerationRestClient {
         method: 'POST',
         json: payload,
         idempotent: false,
+        signal,
         action: 'submitting the workflow',
       });
     } catch (error) {
@@ -281,6 +312,7 @@ export class GenerationRestClient {
       action: `downloading ${named}`,
     });
     let base = this.http.url('/api/view');
+    let signed: string[] = [];
     for (let hops = 0; REDIRECTS.includes(response.status); hops++) {
       await response.body.dump();
       const location = header(response, 'location');
@@ -291,18 +323,32 @@ export class GenerationRestClient {
           { status: response.status },
         );
       }
-      const target = new URL(location, base);
+      let target: URL;
+      try {
+        target = new URL(location, base);
+      } catch {
+        throw new ServiceError(
+          'server_error',
+          `the generation service redirected the download of ${named} to an address that cannot be read`,
+          { status: response.status },
+        );
+      }
       base = target;
+      // A storage host may echo the signature in its error body (S3's SignatureDoesNotMatch does).
+      signed = [...target.searchParams.values()].filter((value) => value.length >= 8);
       response = await this.http.fetchForeign(target.href, signal);
     }
     if (response.status >= 400) {
       const text = await response.body.text().catch(() => '');
-      const body = this.http.redact(text.slice(0, 300));
+      const body = this.http.redact(redact(text.slice(0, 300), signed));
       const detail = messageFromBody(body);
       throw new ServiceError(
         response.status >= 500 ? 'server_error' : 'invalid_request',
         this.http.redact(
-          `the storage host answered HTTP ${response.status} for ${named}${detail ? ` (${detail})` : ''}: the signed address may have expired; try the download again`,
+          redact(
+            `the storage host answered HTTP ${response.status} for ${named}${detail ? ` (${detail})` : ''}: the signed address may have expired; try the download again`,
+            signed,
+          ),
         ),
         { status: response.status, body },
       );
@@ -315,13 +361,33 @@ export class GenerationRestClient {
     };
   }
 
-  /** GET /api/queue. */
+  /**
+   * GET /api/queue: `{queue_running: [...], queue_pending: [...]}`, every entry without the keys its
+   * `extra_data` may hold. Any other shape is the service's failure, not an empty queue.
+   */
   async queue(signal?: AbortSignal): Promise<QueueState> {
     const { body } = await this.http.json<QueueState>('/api/queue', { signal, action: 'listing the queue' });
-    if (!body || typeof body !== 'object') {
-      throw new ServiceError('server_error', 'the generation service answered the queue list with no queue');
+    const lists = ['queue_running', 'queue_pending'] as const;
+    if (
+      !body ||
+      typeof body !== 'object' ||
+      Array.isArray(body) ||
+      !lists.some((list) => Array.isArray(body[list])) ||
+      lists.some((list) => body[list] !== undefined && !Array.isArray(body[list]))
+    ) {
+      throw new ServiceError(
+        'server_error',
+        'the generation service answered the queue list with something that is not a queue (queue_running and queue_pending arrays): check the base address in the config node',
+        { body: this.http.redact(JSON.stringify(body)?.slice(0, 300)) },
+      );
     }
-    return body;
+    const clean: QueueState = { ...body };
+    for (const list of lists) {
+      const entries = body[list];
+      if (Array.isArray(entries))
+        clean[list] = entries.map((entry) => withoutKeys(entry, this.partnerKeyField));
+    }
+    return this.http.redact(clean);
   }
 
   /**

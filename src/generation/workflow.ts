@@ -168,10 +168,15 @@ export function describeSubmitProblems(body: unknown): string | undefined {
   const parts: string[] = [];
   const nodeErrors = isRecord(body.node_errors) ? body.node_errors : {};
   for (const [id, entry] of Object.entries(nodeErrors)) {
-    const { errors = [], class_type: classType } = (entry ?? {}) as NodeErrorEntry;
+    // Any shape may come back: an entry, or its errors, that are not what the spec says are skipped.
+    const record = isRecord(entry) ? (entry as NodeErrorEntry) : {};
+    const classType = typeof record.class_type === 'string' ? record.class_type : undefined;
+    const errors = Array.isArray(record.errors) ? record.errors.filter(isRecord) : [];
     const details = errors.map((error) => {
-      const input = error.extra_info?.input_name ?? error.details;
-      return [error.message, input ? `"${input}"` : undefined].filter(Boolean).join(' ');
+      const extra = isRecord(error.extra_info) ? error.extra_info : {};
+      const input = [extra.input_name, error.details].find((part) => typeof part === 'string' && part);
+      const message = typeof error.message === 'string' ? error.message : undefined;
+      return [message, input ? `"${input}"` : undefined].filter(Boolean).join(' ');
     });
     parts.push(`node "${id}"${classType ? ` (${classType})` : ''}: ${details.join('; ') || 'invalid'}`);
   }

@@ -182,9 +182,10 @@ export class HttpClient {
         } catch (error) {
           throw new NetworkFailure(!isNotSent(error), error);
         }
-        if (response.statusCode < 400 || options.acceptStatus?.includes(response.statusCode)) {
+        if (options.acceptStatus?.includes(response.statusCode) || response.statusCode < 300) {
           return { status: response.statusCode, headers: response.headers, body: response.body };
         }
+        if (response.statusCode < 400) throw await this.redirectError(response, options);
         throw await this.httpError(response, options);
       },
       (error) => {
@@ -222,6 +223,32 @@ export class HttpClient {
       this.redact(
         `${this.options.serviceName} did not answer ${action} (${reason}): check the address in the config node and that the service is reachable`,
       ),
+    );
+  }
+
+  /**
+   * A redirect where the API answers directly (only downloads follow one, by hand): the base address is
+   * not the API's. The sentence names where it points, scheme and host only (never its path or query).
+   */
+  private async redirectError(
+    response: Dispatcher.ResponseData,
+    options: RequestOptions,
+  ): Promise<ServiceError> {
+    await response.body.dump().catch(() => undefined);
+    const location = response.headers.location;
+    let where = '';
+    try {
+      const target = new URL(String(Array.isArray(location) ? location[0] : location), this.base);
+      where = ` to ${target.protocol}//${target.host}`;
+    } catch {
+      // no address, or one that cannot be read: say so without it
+    }
+    return new ServiceError(
+      'invalid_request',
+      this.redact(
+        `${this.options.serviceName} redirected ${this.what(options)} (HTTP ${response.statusCode})${where}: set the base address in the config node to the address it redirects to`,
+      ),
+      { status: response.statusCode },
     );
   }
 

@@ -12,7 +12,9 @@ export type ErrorCode =
   | 'rate_limited'
   | 'server_error'
   | 'network'
-  | 'invalid_input';
+  | 'invalid_input'
+  /** A failure the package did not foresee (a bug): not the user's input, not the service. */
+  | 'internal_error';
 
 export interface ErrorDetails {
   status?: number;

@@ -25,6 +25,8 @@ type Done = (error?: Error) => void;
 /** Status updates at most this often: events can come by the thousand per second. */
 const STATUS_INTERVAL_MS = 150;
 const DEFAULT_PREVIEW_RATE = 2;
+/** The longest a Node.js timer waits (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The catalog, for when Node-RED has not loaded it (as in node-red-node-test-helper). */
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -56,9 +58,9 @@ export = function (RED: NodeAPI): void {
     let statusTimer: NodeJS.Timeout | undefined;
     let closing = false;
 
-    if (!config?.connection) {
-      node.status(statusFailed(text('status.no-config')));
-    }
+    // A config whose settings make no connection says why; a missing config, to pick one.
+    const noConfig = config?.settingsError ? text('status.bad-config') : text('status.no-config');
+    if (!config?.connection) node.status(statusFailed(noConfig));
 
     const tracker = config?.connection
       ? new JobTracker(config.connection, {
@@ -70,7 +72,7 @@ export = function (RED: NodeAPI): void {
     tracker?.start();
 
     function currentStatus(): NodeStatus {
-      if (!tracker) return statusFailed(text('status.no-config'));
+      if (!tracker) return statusFailed(noConfig);
       if (tracker.connectionState === 'unauthorized') return statusFailed(text('status.unauthorized'));
       const jobs = tracker.views();
       if (jobs.length === 0) return lastOutcome;
@@ -126,7 +128,7 @@ export = function (RED: NodeAPI): void {
     }
 
     async function handle(msg: NodeMessageInFlow, send: Send, done: Done): Promise<void> {
-      if (!tracker) throw invalidInput(text('errors.no-config'));
+      if (!tracker) throw invalidInput(config?.settingsError ?? text('errors.no-config'));
       const payload = msg.payload as { prompt_id?: unknown } | undefined;
       const promptId =
         (msg as { prompt_id?: unknown }).prompt_id ??
@@ -140,6 +142,7 @@ export = function (RED: NodeAPI): void {
           : await evaluateProperty(RED, node, msg, def.timeout, def.timeoutType ?? 'num');
       const seconds = timeoutValue === undefined || timeoutValue === '' ? 0 : Number(timeoutValue);
       if (!Number.isFinite(seconds) || seconds < 0) throw invalidInput(text('errors.bad-timeout'));
+      if (seconds * 1000 > MAX_TIMER_MS) throw invalidInput(text('errors.long-timeout'));
       const base: NodeMessage = { ...msg };
       delete base.payload;
       const result = await tracker.track(promptId.trim(), {

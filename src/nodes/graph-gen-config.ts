@@ -7,7 +7,7 @@ import type { Node, NodeAPI, NodeDef } from 'node-red';
 import type { Request, Response } from 'express';
 import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
 import { checkConnection } from '../generation/connection-check';
-import { keyForConnectionTest, substituteEnvVars } from './node-helpers';
+import { asServiceError, keyForConnectionTest, substituteEnvVars } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -23,14 +23,23 @@ function graphGenConfig(RED: NodeAPI): void {
   function GraphGenConfig(this: graphGenConfig.GraphGenConfigNode, def: GraphGenConfigDef): void {
     RED.nodes.createNode(this, def);
     const credentials: GraphGenCredentials = this.credentials ?? {};
-    this.connection = new GenerationConnection({
-      baseUrl: (def.baseUrl ?? '').trim(),
-      apiKey: credentials.apiKey || undefined,
-      partnerKey: credentials.partnerKey || undefined,
-      partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
-    });
+    try {
+      this.connection = new GenerationConnection({
+        baseUrl: (def.baseUrl ?? '').trim(),
+        apiKey: credentials.apiKey || undefined,
+        partnerKey: credentials.partnerKey || undefined,
+        partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
+      });
+    } catch (error) {
+      // Nothing may be thrown out of a node's constructor; the nodes that use this config say why instead.
+      this.settingsError = asServiceError(error).message;
+      this.error(this.settingsError);
+    }
     this.on('close', (_removed: boolean, done: () => void) => {
-      this.connection.close().then(done, done);
+      const connection = this.connection;
+      this.connection = undefined;
+      if (connection) connection.close().then(done, done);
+      else done();
     });
   }
 
@@ -63,7 +72,11 @@ function graphGenConfig(RED: NodeAPI): void {
 // The node's type lives beside the function Node-RED loads, so other node files can import it.
 // eslint-disable-next-line @typescript-eslint/no-namespace
 namespace graphGenConfig {
-  export type GraphGenConfigNode = Node<GraphGenCredentials> & { connection: GenerationConnection };
+  export type GraphGenConfigNode = Node<GraphGenCredentials> & {
+    /** Undefined when the settings make no connection (then `settingsError` says why). */
+    connection?: GenerationConnection;
+    settingsError?: string;
+  };
 }
 
 export = graphGenConfig;

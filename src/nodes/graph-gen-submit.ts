@@ -59,7 +59,7 @@ export = function (RED: NodeAPI) {
       );
     }
 
-    async function handle(msg: SubmitMessage): Promise<void> {
+    async function handle(msg: SubmitMessage, signal: AbortSignal): Promise<void> {
       const connection = generationConnection(RED, def.server);
       const template = validateWorkflow(templateFor(msg));
       const prompt: Workflow = validateWorkflow(applyOverrides(template, msg.inputs));
@@ -100,15 +100,17 @@ export = function (RED: NodeAPI) {
         .sockets()
         .ready(SOCKET_WAIT_MS)
         .catch(() => false);
-      const result = await connection.rest.submit(prompt, connection.clientId, extraData);
+      // Closed meanwhile (a redeploy): a job submitted now would belong to no flow.
+      signal.throwIfAborted();
+      const result = await connection.rest.submit(prompt, connection.clientId, extraData, signal);
       msg.prompt_id = result.prompt_id;
       msg.payload = result;
       msg.workflow = prompt;
       node.status(statusOk(`submitted ${result.prompt_id.slice(0, 8)}`));
     }
 
-    handleMessages<SubmitMessage>(node, async (msg, send) => {
-      await handle(msg);
+    handleMessages<SubmitMessage>(node, async (msg, send, signal) => {
+      await handle(msg, signal);
       send(msg);
     });
   }

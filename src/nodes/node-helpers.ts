@@ -26,11 +26,14 @@ export function evaluateProperty(
   });
 }
 
-/** Any thrown value as an Error with a contract code, so `msg.error.code` is always set. */
+/**
+ * Any thrown value as an Error with a code, so `msg.error.code` is always set. One that is not a
+ * ServiceError was not foreseen: `internal_error`, not the user's input.
+ */
 export function asServiceError(error: unknown): ServiceError {
   if (error instanceof ServiceError) return error;
   const message = error instanceof Error ? error.message : String(error);
-  return new ServiceError('invalid_input', message);
+  return new ServiceError('internal_error', `unexpected failure in the node: ${message}`);
 }
 
 /** Status texts stay under 20 characters (the editor cuts longer ones off under the node). */
@@ -147,6 +150,7 @@ export function keyForConnectionTest(
 /** The connection of a generation node's config node, or a refusal that says to pick one. */
 export function generationConnection(RED: NodeAPI, serverId: string): GenerationConnection {
   const config = RED.nodes.getNode(serverId) as GraphGenConfigNode | null;
+  if (config?.settingsError) throw invalidInput(config.settingsError);
   if (!config?.connection) {
     throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
   }

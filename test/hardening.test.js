@@ -1,0 +1,186 @@
+'use strict';
+// What a misbehaving server, a redeploy at the wrong moment or a bad setting must not do to a flow (issue 9):
+// each test drives the nodes in Node-RED against the sandbox or a server of ours that breaks the protocol.
+const assert = require('node:assert/strict');
+const helper = require('node-red-node-test-helper');
+const { startSandbox } = require('../dist/sandbox');
+const { describeSubmitProblems } = require('../dist/generation/workflow');
+const { asServiceError } = require('../dist/nodes/node-helpers');
+const { startRogueServer, json } = require('./support/rogue-server');
+const { ALL_NODES, textToImage, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
+const { awaitFlow, collect, sleep } = require('./socket-support');
+
+const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+
+describe('hardening', () => {
+  let rogue;
+  before(async () => {
+    await helper.startServer();
+    rogue = await startRogueServer();
+  });
+  after(async () => {
+    await rogue.close();
+    await helper.stopServer();
+  });
+  afterEach(async () => {
+    rogue.seen.length = 0;
+    await helper.unload();
+  });
+
+  describe('redeploy and close', () => {
+    it('a submit node closed while it waits for the socket sends nothing afterwards', async () => {
+      const sandbox = await startSandbox();
+      try {
+        // The socket cannot be had, so the submit waits (up to 5 s) before it posts.
+        sandbox.faults.add({ method: 'UPGRADE', path: '/ws', drop: true, times: Infinity });
+        await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url }), {});
+        helper.getNode('n').receive({ payload: textToImage() });
+        await sleep(300);
+        await helper.unload();
+        await sleep(5500);
+        assert.equal(sandbox.counters.matching('/api/prompt', 'POST').length, 0);
+      } finally {
+        await sandbox.close();
+      }
+    }).timeout(15000);
+  });
+
+  describe('errors', () => {
+    it('a redirect is an error naming the new scheme and host (never its query): fix the base address', async () => {
+      rogue.handle = (req, res) =>
+        res.writeHead(301, { location: `https://gen.example.com${req.url}?sig=s3cr3t-signature` }).end();
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', {});
+      assert.equal(failure.error.code, 'invalid_request');
+      assert.match(
+        failure.error.message,
+        /redirected listing the queue \(HTTP 301\) to https:\/\/gen\.example\.com/,
+      );
+      assert.match(failure.error.message, /base address/);
+      assert.doesNotMatch(textOf(failure.error), /s3cr3t/);
+      assert.equal(rogue.seen.length, 1, 'the redirect is not followed');
+    });
+
+    it('a base address without a scheme: the config node does not throw, and its users say what to fix', async () => {
+      const flow = awaitFlow({ url: 'gen.example.com' }, {}, [
+        { id: 'q', z: 'f1', type: 'graph-gen-queue', server: 'cfg', action: 'list', wires: [[]] },
+      ]);
+      await helper.load([...ALL_NODES, awaitNode], flow, { cfg: {} });
+      assert.equal(helper.getNode('cfg').connection, undefined);
+      const caught = collect('caught');
+      helper.getNode('q').receive({});
+      const failure = (await caught.next()).error;
+      assert.equal(failure.code, 'invalid_input');
+      assert.match(
+        failure.message,
+        /"gen.example.com" of the graph-gen-config node is not an http\(s\) address/,
+      );
+      assert.match(failure.message, /e\.g\. https:\/\/gen\.example\.com/);
+      helper.getNode('await').receive({ prompt_id: 'p' });
+      assert.match((await caught.next()).error.message, /not an http\(s\) address/);
+    });
+
+    it('a failure nobody foresaw is internal_error, not the user input', () => {
+      const error = asServiceError(new TypeError('x is not a function'));
+      assert.equal(error.code, 'internal_error');
+      assert.match(error.message, /unexpected failure in the node: x is not a function/);
+    });
+
+    it('malformed node_errors map to a sentence, never a crash of the error mapping', () => {
+      const shapes = [
+        { node_errors: { 3: { errors: 'not an array' } } },
+        { node_errors: { 3: null, 4: { errors: [null, 7, { message: 5 }] } } },
+        { node_errors: { 3: { errors: [{ message: 'Value not in list', extra_info: 'x' }] } } },
+        { node_errors: [1, 2], error: { message: ['a'] } },
+      ];
+      for (const body of shapes)
+        assert.equal(typeof describeSubmitProblems(body), 'string', JSON.stringify(body));
+      assert.match(
+        describeSubmitProblems(shapes[2]),
+        /node "3": Value not in list/,
+        'what can be read is still said',
+      );
+    });
+
+    it('a queue answer of the wrong shape is a server_error, not an empty queue', async () => {
+      rogue.handle = (_req, res) => json(res, 200, [[0, 'a']]);
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', {});
+      assert.equal(failure.error.code, 'server_error');
+      assert.match(failure.error.message, /not a queue/);
+    });
+
+    it('an unparsable Location is a server_error naming the file', async () => {
+      rogue.handle = (_req, res) => res.writeHead(302, { location: 'http://[::not-an-address' }).end();
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
+      const failure = await failureOf('n', {
+        payload: { filename: 'fox.png', subfolder: '', type: 'output' },
+      });
+      assert.equal(failure.error.code, 'server_error');
+      assert.match(failure.error.message, /download of "fox.png" to an address that cannot be read/);
+    });
+
+    it("a storage host's error that echoes the signature does not carry it to msg.error", async () => {
+      const signature = 'a1b2c3d4e5f6a7b8c9d0';
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/view'))
+          return res
+            .writeHead(302, { location: `/bucket/fox.png?X-Amz-Signature=${signature}&X-Amz-Expires=300` })
+            .end();
+        res
+          .writeHead(403, { 'content-type': 'application/xml' })
+          .end(
+            `<Error><Code>SignatureDoesNotMatch</Code><Message>bad</Message><SignatureProvided>${signature}</SignatureProvided></Error>`,
+          );
+      };
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
+      const failure = await failureOf('n', {
+        payload: { filename: 'fox.png', subfolder: '', type: 'output' },
+      });
+      assert.equal(failure.error.cause.status, 403);
+      assert.doesNotMatch(textOf(failure), new RegExp(signature));
+    });
+
+    it('a timeout past 24.8 days is refused before anything is awaited (a timer would fire at once)', async () => {
+      const sandbox = await startSandbox();
+      try {
+        await helper.load([...ALL_NODES, awaitNode], awaitFlow(sandbox), { cfg: {} });
+        const caught = collect('caught');
+        helper.getNode('await').receive({ prompt_id: 'p', timeout: 2_200_000 });
+        const failure = (await caught.next()).error;
+        assert.equal(failure.code, 'invalid_input');
+        assert.match(failure.message, /longer than 24 days/);
+        await sleep(100);
+        assert.equal(sandbox.counters.matching('/api/queue', 'POST').length, 0, 'nothing was cancelled');
+      } finally {
+        await sandbox.close();
+      }
+    });
+  });
+
+  describe('secrets', () => {
+    it("the queue list removes keys from every entry's extra_data (other clients' partner keys)", async () => {
+      rogue.handle = (_req, res) =>
+        json(res, 200, {
+          queue_running: [
+            [0, 'run-1', {}, { client_id: 'c', api_key_comfy_org: 'other-key-1', my_token: 'tok-2' }, ['9']],
+          ],
+          queue_pending: [
+            {
+              prompt_id: 'p-2',
+              extra_data: { api_key_service_org: 'other-key-3', custom_key: 'other-key-4' },
+            },
+          ],
+        });
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {
+        partnerKey: 'partner-k',
+      });
+      const msg = await outputOf('n', {});
+      assert.deepEqual(msg.running, ['run-1']);
+      assert.deepEqual(msg.pending, ['p-2']);
+      assert.deepEqual(msg.payload.queue_running[0][3], { client_id: 'c' });
+      assert.deepEqual(msg.payload.queue_pending[0].extra_data, {});
+      assert.doesNotMatch(textOf(msg), /other-key|tok-2/);
+    });
+  });
+});
