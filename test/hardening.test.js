@@ -5,10 +5,11 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { describeSubmitProblems } = require('../dist/generation/workflow');
+const { HttpClient } = require('../dist/http/client');
 const { asServiceError } = require('../dist/nodes/node-helpers');
 const { startRogueServer, json } = require('./support/rogue-server');
 const { ALL_NODES, textToImage, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
-const { awaitFlow, collect, sleep } = require('./socket-support');
+const { awaitFlow, collect, sleep, workflow, until } = require('./socket-support');
 
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
 
@@ -158,6 +159,140 @@ describe('hardening', () => {
     });
   });
 
+  describe('answers that never end', () => {
+    it('a connection that breaks while the body is read is a network failure, and a GET is retried', async () => {
+      let calls = 0;
+      rogue.handle = (_req, res) => {
+        calls += 1;
+        if (calls === 1) {
+          res.writeHead(200, { 'content-type': 'application/json', 'content-length': 500 });
+          res.write('{"queue_running": [');
+          setTimeout(() => res.socket.destroy(), 20);
+          return;
+        }
+        json(res, 200, { queue_running: [], queue_pending: [] });
+      };
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {});
+      const msg = await outputOf('n', {});
+      assert.deepEqual(msg.running, []);
+      assert.equal(calls, 2);
+      // A submit is not repeated, and says network, not a refused input.
+      rogue.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': 500 });
+        res.write('{"prompt_id": "a');
+        setTimeout(() => res.socket.destroy(), 20);
+      };
+      await helper.unload();
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), {});
+      rogue.seen.length = 0;
+      const failure = await failureOf('n', { payload: textToImage() }, 10000);
+      assert.equal(failure.error.code, 'network');
+      assert.equal(rogue.seen.filter((seen) => seen.method === 'POST').length, 1);
+    });
+
+    it('an endless answer is cut at the size limit: server_error, the connection dropped', async () => {
+      let chunks = 0;
+      rogue.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"queue_running": ["');
+        const block = Buffer.alloc(1 << 20, 'a');
+        const more = () => {
+          while (res.write(block)) chunks += 1;
+          chunks += 1;
+        };
+        res.on('drain', more);
+        more();
+      };
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', {}, 15000);
+      assert.equal(failure.error.code, 'server_error');
+      assert.match(failure.error.message, /answered listing the queue with more than 32 MiB/);
+      const sent = chunks;
+      await sleep(200);
+      assert.ok(chunks - sent < 5, 'the client stopped reading');
+    }).timeout(20000);
+
+    it('a body that trickles ends at the total time limit', async () => {
+      rogue.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        const timer = setInterval(() => res.write(' '), 100);
+        res.on('close', () => clearInterval(timer));
+      };
+      const client = new HttpClient({
+        baseUrl: rogue.url,
+        serviceName: 'the generation service',
+        totalTimeoutMs: 800,
+        retry: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0 },
+      });
+      const started = Date.now();
+      await assert.rejects(client.json('/api/queue', { action: 'listing the queue' }), (error) => {
+        assert.equal(error.code, 'network');
+        assert.match(error.message, /did not finish answering listing the queue within 1 s/);
+        return true;
+      });
+      assert.ok(Date.now() - started < 3000);
+      await client.close();
+    });
+
+    it('an error of several MB is cut to a readable sentence and body', async () => {
+      rogue.handle = (_req, res) =>
+        json(res, 400, {
+          error: { type: 'invalid_prompt', message: 'x'.repeat(5_000_000), details: '' },
+          node_errors: Object.fromEntries(
+            Array.from({ length: 20_000 }, (_, i) => [
+              String(i),
+              { errors: [{ message: 'bad' }], class_type: 'K' },
+            ]),
+          ),
+        });
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', { payload: textToImage() }, 10000);
+      assert.equal(failure.error.code, 'invalid_request');
+      assert.ok(failure.error.message.length < 1100, `${failure.error.message.length} characters`);
+      assert.match(failure.error.message, /more characters left out/);
+      assert.ok(JSON.stringify(failure.error.cause.body).length < 4200);
+    });
+
+    it('closing a config node takes under a second while a call to a service that never answers is under way', async () => {
+      rogue.handle = () => undefined;
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {});
+      helper.getNode('n').receive({});
+      await until(() => rogue.seen.length === 1, 'the request');
+      const started = Date.now();
+      await helper.unload();
+      assert.ok(Date.now() - started < 1000, `closed in ${Date.now() - started} ms`);
+    });
+  });
+
+  describe('a service that rewrites the prototype', () => {
+    it('node ids __proto__ and constructor in events stay keys of the outputs; Object.prototype is untouched', async () => {
+      const sandbox = await startSandbox({ events: { autoRun: false } });
+      try {
+        await helper.load([...ALL_NODES, awaitNode], awaitFlow(sandbox), { cfg: {} });
+        const done = collect('done');
+        const job = sandbox.jobs.submit(workflow(), helper.getNode('cfg').connection.clientId);
+        helper.getNode('await').receive({ prompt_id: job.id });
+        await helper.getNode('cfg').connection.sockets().ready(5000);
+        await sleep(50);
+        const send = (type, data) =>
+          sandbox.events.sendRaw(JSON.stringify({ type, data: { prompt_id: job.id, ...data } }));
+        send('execution_start', {});
+        send('executed', { node: '__proto__', output: { polluted: ['yes'] } });
+        send('executed', { node: 'constructor', output: { keys: 'not a function' } });
+        send('executed', { node: '9', output: { __proto__: { polluted: 'yes' } } });
+        send('execution_success', {});
+        const msg = await done.next();
+        assert.equal({}.polluted, undefined);
+        assert.equal(typeof Object.keys, 'function');
+        assert.ok(Object.hasOwn(msg.payload.outputs, '__proto__'));
+        assert.deepEqual(msg.payload.outputs.__proto__, { polluted: ['yes'] });
+        assert.deepEqual(msg.payload.outputs.constructor, { keys: 'not a function' });
+      } finally {
+        await sandbox.close();
+      }
+    });
+  });
+
   describe('secrets', () => {
     it("the queue list removes keys from every entry's extra_data (other clients' partner keys)", async () => {
       rogue.handle = (_req, res) =>
@@ -181,6 +316,69 @@ describe('hardening', () => {
       assert.deepEqual(msg.payload.queue_running[0][3], { client_id: 'c' });
       assert.deepEqual(msg.payload.queue_pending[0].extra_data, {});
       assert.doesNotMatch(textOf(msg), /other-key|tok-2/);
+    });
+
+    it('keys the service echoes (values, property names, errors, tracebacks, content types) never reach a msg', async () => {
+      const key = 'sk-echo-7f3e2d1c';
+      const partner = 'partner-echo-9b8a';
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/object_info')) return json(res, 200, {});
+        if (req.url.startsWith('/api/prompt'))
+          return json(res, 200, { prompt_id: 'p-1', echo: `key ${key}`, [partner]: 'as a name' });
+        if (req.url.startsWith('/api/view'))
+          return res.writeHead(200, { 'content-type': `image/png; k=${key}` }).end('png');
+        json(res, 400, { code: 'bad', message: `bad key ${key} or ${encodeURIComponent(partner)}` });
+      };
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+        partnerKey: partner,
+      });
+      const msg = await outputOf('n', { payload: textToImage() });
+      assert.doesNotMatch(textOf(msg), new RegExp(`${key}|${partner}`));
+      await helper.unload();
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+        partnerKey: partner,
+      });
+      const file = await outputOf('n', { payload: { filename: 'a.png', subfolder: '', type: 'output' } });
+      assert.doesNotMatch(textOf(file), new RegExp(key));
+      await helper.unload();
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+        partnerKey: partner,
+      });
+      const failure = await failureOf('n', {});
+      assert.doesNotMatch(textOf(failure), new RegExp(`${key}|${partner}`));
+    });
+
+    it('an execution_error whose message and traceback echo the partner key reaches output 2 without it', async () => {
+      const partner = 'partner-trace-5e4d3c';
+      const sandbox = await startSandbox({ events: { autoRun: false } });
+      try {
+        await helper.load([...ALL_NODES, awaitNode], awaitFlow(sandbox), { cfg: { partnerKey: partner } });
+        const failed = collect('failed');
+        const connection = helper.getNode('cfg').connection;
+        const job = sandbox.jobs.submit(workflow(), connection.clientId);
+        helper.getNode('await').receive({ prompt_id: job.id });
+        await connection.sockets().ready(5000);
+        await sleep(50);
+        sandbox.events.sendRaw(
+          JSON.stringify({
+            type: 'execution_error',
+            data: {
+              prompt_id: job.id,
+              exception_type: 'InsufficientFundsError',
+              exception_message: `key ${partner} has no credits`,
+              traceback: [`  File "api.py", in call(key="${partner}")`],
+            },
+          }),
+        );
+        const msg = await failed.next();
+        assert.equal(msg.payload.error.exception_type, 'InsufficientFundsError');
+        assert.doesNotMatch(textOf(msg), new RegExp(partner));
+      } finally {
+        await sandbox.close();
+      }
     });
   });
 });

@@ -99,6 +99,11 @@ function checkPageCap(maxPages: number | undefined): number {
 }
 
 /** The response body as a page, or an error that says the address is probably wrong. */
+/** Cursors are short opaque tokens; a longer one is a broken service (and each page would carry it). */
+const MAX_CURSOR_LENGTH = 4096;
+/** Pages of up to 250 workflows, each with its nodes: larger than most JSON answers. */
+const MAX_PAGE_BYTES = 64 * 1024 * 1024;
+
 function readPage(body: unknown): WorkflowPage {
   const record = body as { data?: unknown; nextCursor?: unknown; total?: unknown; count?: unknown } | null;
   if (!record || typeof record !== 'object' || !Array.isArray(record.data)) {
@@ -112,6 +117,12 @@ function readPage(body: unknown): WorkflowPage {
   const nextCursor = typeof next === 'string' && next !== '' ? next : undefined;
   if (next !== undefined && next !== null && typeof next !== 'string') {
     throw new ServiceError('server_error', `${SERVICE_NAME} sent a nextCursor that is not a string`);
+  }
+  if (nextCursor !== undefined && nextCursor.length > MAX_CURSOR_LENGTH) {
+    throw new ServiceError(
+      'server_error',
+      `${SERVICE_NAME} sent a nextCursor of ${nextCursor.length} characters, more than the ${MAX_CURSOR_LENGTH} a cursor needs: the list was stopped`,
+    );
   }
   const total = [record.total, record.count].find(
     (value): value is number => typeof value === 'number' && Number.isInteger(value) && value >= 0,
@@ -147,6 +158,7 @@ export class AutomationClient {
       const { body } = await this.http.json<unknown>('workflows', {
         query: { active, limit, cursor },
         action: 'listing workflows',
+        maxBytes: MAX_PAGE_BYTES,
         signal,
       });
       return readPage(body);

@@ -132,6 +132,7 @@ export class GenerationConnection {
     this.socketManager ??= new SocketManager({
       baseUrl: this.settings.baseUrl,
       apiKey: this.settings.apiKey,
+      secrets: [this.settings.partnerKey],
       clientId: this.clientId,
     });
     return this.socketManager;

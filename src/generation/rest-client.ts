@@ -130,6 +130,8 @@ export class GenerationRestClient {
     this.definitionsLoading ??= this.http
       .json<Record<string, NodeTypeDefinition>>('/api/object_info', {
         action: 'reading the node definitions',
+        // Every node type of the server, custom nodes included: megabytes on a real server.
+        maxBytes: 64 * 1024 * 1024,
       })
       .then(({ body }) => {
         if (!body || typeof body !== 'object' || Array.isArray(body)) {
@@ -252,30 +254,28 @@ export class GenerationRestClient {
   ): Promise<SubmitResult> {
     const payload: Record<string, unknown> = { prompt, client_id: clientId };
     if (extraData && Object.keys(extraData).length > 0) payload.extra_data = extraData;
-    let answer: { status: number; body: SubmitResult };
-    try {
-      answer = await this.http.json<SubmitResult>('/api/prompt', {
-        method: 'POST',
-        json: payload,
-        idempotent: false,
-        signal,
-        action: 'submitting the workflow',
-      });
-    } catch (error) {
-      // A 400 names the broken nodes in its body: say which in the message.
-      if (error instanceof ServiceError && error.code === 'invalid_request') {
-        const problems = describeSubmitProblems(error.cause.body);
-        if (problems) {
-          throw new ServiceError(
-            'invalid_request',
-            this.http.redact(`the generation service refused the workflow: ${problems}`),
-            error.cause,
-          );
-        }
-      }
-      throw error;
-    }
+    // A 400 is read here, whole: its body names the broken nodes and inputs, for the sentence.
+    const answer = await this.http.json<SubmitResult>('/api/prompt', {
+      method: 'POST',
+      json: payload,
+      idempotent: false,
+      signal,
+      acceptStatus: [400],
+      action: 'submitting the workflow',
+    });
     const problems = describeSubmitProblems(answer.body);
+    if (answer.status === 400) {
+      const detail = messageFromBody(answer.body);
+      throw new ServiceError(
+        'invalid_request',
+        this.http.redact(
+          problems
+            ? `the generation service refused the workflow: ${problems}`
+            : `the generation service refused submitting the workflow with HTTP 400: check the message's input${detail ? ` (the service said: ${detail})` : ''}`,
+        ),
+        { status: 400, body: this.http.redact(answer.body) },
+      );
+    }
     if (problems) {
       throw new ServiceError(
         'invalid_request',
@@ -354,8 +354,9 @@ export class GenerationRestClient {
       );
     }
     const length = Number(header(response, 'content-length'));
+    const contentType = header(response, 'content-type');
     return {
-      contentType: header(response, 'content-type'),
+      contentType: contentType === undefined ? undefined : this.http.redact(contentType),
       contentLength: Number.isFinite(length) ? length : undefined,
       body: response.body,
     };
@@ -366,7 +367,12 @@ export class GenerationRestClient {
    * `extra_data` may hold. Any other shape is the service's failure, not an empty queue.
    */
   async queue(signal?: AbortSignal): Promise<QueueState> {
-    const { body } = await this.http.json<QueueState>('/api/queue', { signal, action: 'listing the queue' });
+    const { body } = await this.http.json<QueueState>('/api/queue', {
+      signal,
+      action: 'listing the queue',
+      // Each entry carries its whole workflow: a long queue is tens of megabytes.
+      maxBytes: 32 * 1024 * 1024,
+    });
     const lists = ['queue_running', 'queue_pending'] as const;
     if (
       !body ||

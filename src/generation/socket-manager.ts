@@ -14,6 +14,8 @@ export interface SocketManagerOptions {
   baseUrl: string;
   /** The API key, sent as `token`; undefined for a self-hosted server. */
   apiKey?: string;
+  /** Further values never to pass on (the partner key): removed from events that echo them. */
+  secrets?: Array<string | undefined>;
   /** The UUID sent as `clientId` (and as `client_id` on submit), kept for the config node's life. */
   clientId: string;
   timings?: Partial<SocketTimings>;
@@ -148,6 +150,9 @@ export class SocketManager {
   /** Bytes of the events in `buffered`. */
   private keptSize = 0;
   private ageTimer?: NodeJS.Timeout;
+  private readonly secrets: string[];
+  /** The secrets as bytes, to look for in a frame before it is parsed. */
+  private readonly secretBytes: Buffer[];
   private reconnectTimer?: NodeJS.Timeout;
   private reconnectAt = 0;
   private pingTimer?: NodeJS.Timeout;
@@ -159,6 +164,12 @@ export class SocketManager {
   constructor(readonly options: SocketManagerOptions) {
     this.timings = { ...SocketManager.defaultTimings, ...options.timings };
     this.limits = { ...SocketManager.defaultLimits, ...options.limits };
+    this.secrets = [options.apiKey, ...(options.secrets ?? [])].filter(
+      (secret): secret is string => typeof secret === 'string' && secret.length > 0,
+    );
+    this.secretBytes = this.secrets.flatMap((secret) =>
+      [secret, encodeURIComponent(secret)].map((form) => Buffer.from(form)),
+    );
   }
 
   get state(): ConnectionState {
@@ -470,6 +481,8 @@ export class SocketManager {
       this.drop('text frame without a type');
       return;
     }
+    // An error message or traceback may echo a key: such an event is passed on without it.
+    if (this.secretBytes.some((secret) => buffer.includes(secret))) message = redact(message, this.secrets);
     const { type, data: rawData } = message as { type: string; data?: unknown };
     const data =
       rawData && typeof rawData === 'object' && !Array.isArray(rawData)
@@ -652,7 +665,7 @@ export class SocketManager {
   }
 
   private log(level: LogLevel, message: string): void {
-    const clean = redact(message, [this.options.apiKey]);
+    const clean = redact(message, this.secrets);
     if (this.options.logger) {
       this.options.logger(level, clean);
       return;

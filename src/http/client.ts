@@ -21,7 +21,18 @@ export interface HttpClientOptions {
   retry?: RetryPolicy;
   /** Per-request time limit for headers and between body chunks. */
   timeoutMs?: number;
+  /**
+   * Total time limit of a JSON request, body included (a body that trickles a byte at a time must end).
+   * Streamed transfers (uploads, downloads) are limited by idle time only.
+   */
+  totalTimeoutMs?: number;
+  /** The largest JSON answer read, unless a request says otherwise (a larger one is a server_error). */
+  maxJsonBytes?: number;
 }
+
+/** Defaults: an answer is read whole into memory, so it is bounded; a request must end. */
+export const DEFAULT_MAX_JSON_BYTES = 8 * 1024 * 1024;
+export const DEFAULT_TOTAL_TIMEOUT_MS = 120_000;
 
 export interface RequestOptions {
   method?: Dispatcher.HttpMethod;
@@ -44,6 +55,8 @@ export interface RequestOptions {
   acceptStatus?: number[];
   /** What the request is for, in error sentences: "listing workflows". */
   action?: string;
+  /** For a JSON request: the largest answer read (default: the client's `maxJsonBytes`). */
+  maxBytes?: number;
 }
 
 export interface JsonAnswer<T> {
@@ -68,6 +81,13 @@ const NOT_SENT_CODES = new Set([
   'EHOSTUNREACH',
   'ENETUNREACH',
 ]);
+
+/** The answer was larger than the request allows: read no further. */
+class TooLarge extends Error {
+  constructor(readonly limit: number) {
+    super('answer too large');
+  }
+}
 
 class NetworkFailure extends Error {
   constructor(
@@ -103,6 +123,13 @@ export class HttpClient {
     return url;
   }
 
+  /** Whether a text holds one of this client's secrets, as is or URL-encoded. */
+  containsSecret(text: string): boolean {
+    return (this.options.secrets ?? []).some(
+      (secret) => !!secret && (text.includes(secret) || text.includes(encodeURIComponent(secret))),
+    );
+  }
+
   /** Removes this client's secrets (and signed queries) from a value. */
   redact<T>(value: T): T {
     return redact(value, this.options.secrets ?? []);
@@ -111,14 +138,47 @@ export class HttpClient {
   /**
    * A request whose JSON answer is returned (undefined for an empty body); errors are raised. An accepted
    * error status (`acceptStatus`) need not come with JSON: a framework's own "404: Not Found" page for a
-   * route the server lacks is an answer, with `json: false` and no body.
+   * route the server lacks is an answer, with `json: false` and no body. The answer is read within the
+   * attempt (a connection that breaks mid-body is a network failure, retried where safe), up to a size
+   * limit, and within the total time limit.
    */
   async json<T>(path: string, options: RequestOptions = {}): Promise<JsonAnswer<T>> {
-    const response = await this.send(path, options);
-    const text = await response.body.text();
+    const limit = options.maxBytes ?? this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES;
+    const total = this.options.totalTimeoutMs ?? DEFAULT_TOTAL_TIMEOUT_MS;
+    const deadline = AbortSignal.timeout(total);
+    const signal = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline;
+    let response: RawResponse & { text: string };
+    try {
+      response = await this.send(path, { ...options, signal }, async (raw) => ({
+        ...raw,
+        text: await readText(raw.body, limit),
+      }));
+    } catch (error) {
+      if (error instanceof TooLarge) {
+        throw new ServiceError(
+          'server_error',
+          `${this.options.serviceName} answered ${this.what(options)} with more than ${formatBytes(error.limit)}: check the base address in the config node (the limit is a setting)`,
+        );
+      }
+      if (deadline.aborted && !options.signal?.aborted) {
+        throw new ServiceError(
+          'network',
+          `${this.options.serviceName} did not finish answering ${this.what(options)} within ${Math.round(total / 1000)} s: check that the service is healthy`,
+        );
+      }
+      throw error;
+    }
+    const text = response.text;
     if (text.trim() === '') return { status: response.status, body: undefined as T, json: false };
     try {
-      return { status: response.status, body: JSON.parse(text) as T, json: true };
+      const body = JSON.parse(text) as T;
+      // What the service sends is passed on to msgs: a key it echoes is removed (looked for in the text
+      // first, so a clean answer costs one search, not a walk through every value).
+      return {
+        status: response.status,
+        body: this.containsSecret(text) ? this.redact(body) : body,
+        json: true,
+      };
     } catch {
       if (response.status >= 400) return { status: response.status, body: undefined as T, json: false };
       throw new ServiceError(
@@ -131,7 +191,7 @@ export class HttpClient {
 
   /** A request whose answer is left for the caller to stream (the caller must consume or dump the body). */
   async stream(path: string, options: RequestOptions = {}): Promise<RawResponse> {
-    return this.send(path, options);
+    return this.send(path, options, async (raw) => raw);
   }
 
   /**
@@ -154,11 +214,33 @@ export class HttpClient {
     );
   }
 
-  async close(): Promise<void> {
-    await this.agent.close().catch(() => this.agent.destroy());
+  /**
+   * Closes the pool. Requests still under way get a moment to finish, then are cut off: a redeploy must not
+   * wait for a service that does not answer (Node-RED waits 15 s at most).
+   */
+  async close(graceMs = 250): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const closed = this.agent.close().then(
+      () => true,
+      () => false,
+    );
+    const graceful = await Promise.race([
+      closed,
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), graceMs))),
+    ]);
+    clearTimeout(timer);
+    if (!graceful) await this.agent.destroy().catch(() => undefined);
   }
 
-  private async send(path: string, options: RequestOptions): Promise<RawResponse> {
+  /**
+   * One request, retried as the options allow; `consume` reads the answer within the attempt, so a
+   * connection that breaks while the body is read counts as a network failure of that attempt.
+   */
+  private async send<R>(
+    path: string,
+    options: RequestOptions,
+    consume: (response: RawResponse) => Promise<R>,
+  ): Promise<R> {
     const method = options.method ?? 'GET';
     const idempotent = options.idempotent ?? (method === 'GET' || method === 'HEAD');
     const headers: Record<string, string> = { ...this.options.headers, ...options.headers };
@@ -183,7 +265,16 @@ export class HttpClient {
           throw new NetworkFailure(!isNotSent(error), error);
         }
         if (options.acceptStatus?.includes(response.statusCode) || response.statusCode < 300) {
-          return { status: response.statusCode, headers: response.headers, body: response.body };
+          try {
+            return await consume({
+              status: response.statusCode,
+              headers: response.headers,
+              body: response.body,
+            });
+          } catch (error) {
+            if (error instanceof TooLarge || error instanceof ServiceError) throw error;
+            throw new NetworkFailure(true, error);
+          }
         }
         if (response.statusCode < 400) throw await this.redirectError(response, options);
         throw await this.httpError(response, options);
@@ -294,6 +385,25 @@ export class HttpClient {
 
 interface RetryableServiceError extends ServiceError {
   retryAfterMs?: number;
+}
+
+/** Reads a body as text, refusing (and dropping the connection) past `limit` bytes. */
+async function readText(body: RawResponse['body'], limit: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += (chunk as Buffer).length;
+    if (size > limit) {
+      body.destroy();
+      throw new TooLarge(limit);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks, size).toString('utf8');
+}
+
+function formatBytes(bytes: number): string {
+  return bytes >= 1024 * 1024 ? `${Math.round(bytes / 1024 / 1024)} MiB` : `${Math.round(bytes / 1024)} KiB`;
 }
 
 function isNotSent(error: unknown): boolean {

@@ -25,17 +25,41 @@ export class ServiceError extends Error {
   readonly code: ErrorCode;
   override readonly cause: ErrorDetails;
 
+  /** The sentence and the service's body are cut to a readable length (a service may send megabytes). */
   constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
-    super(message);
+    super(cutText(message, MAX_SENTENCE));
     this.name = 'ServiceError';
     this.code = code;
-    this.cause = details;
+    this.cause = details.body === undefined ? details : { ...details, body: cutBody(details.body) };
   }
 
   /** Node-RED puts `toString()` into a Catch node's `msg.error.message`: the plain sentence, no class name. */
   override toString(): string {
     return this.message;
   }
+}
+
+/** The longest sentence a user is shown; the longest service body kept in `cause.body`, as JSON text. */
+const MAX_SENTENCE = 1000;
+const MAX_BODY = 4000;
+
+/** `text` cut to `limit` characters, saying how much was left out. */
+export function cutText(text: string, limit: number): string {
+  if (text.length <= limit) return text;
+  return `${text.slice(0, limit)}… (${text.length - limit} more characters left out)`;
+}
+
+/** A body as it is when small; else its JSON text, cut. */
+function cutBody(body: unknown): unknown {
+  if (typeof body === 'string') return cutText(body, MAX_BODY);
+  if (body === null || typeof body !== 'object') return body;
+  let text: string;
+  try {
+    text = JSON.stringify(body);
+  } catch {
+    return '(a body that cannot be shown)';
+  }
+  return text.length <= MAX_BODY ? body : cutText(text, MAX_BODY);
 }
 
 /** A refused input: raised before anything is sent. */
@@ -99,7 +123,11 @@ export function redact<T>(value: T, secrets: ReadonlyArray<string | undefined>):
     }
     if (Array.isArray(input)) return input.map(clean);
     if (input && typeof input === 'object') {
-      return Object.fromEntries(Object.entries(input).map(([key, inner]) => [key, clean(inner)]));
+      // Keys too: a service may echo a key as a property name. fromEntries defines own properties, so a
+      // `__proto__` key stays a key.
+      return Object.fromEntries(
+        Object.entries(input).map(([key, inner]) => [clean(key) as string, clean(inner)]),
+      );
     }
     return input;
   };
