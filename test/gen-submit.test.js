@@ -2,6 +2,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
+const { GenerationRestClient } = require('../dist/generation/rest-client');
 const {
   API_KEY,
   PARTNER_KEY,
@@ -180,11 +181,17 @@ describe('graph-gen-submit', () => {
     assert.equal(sandbox.counters.count('/api/object_info'), 1);
   });
 
-  it('caches object_info and refreshes it once when a node type is missing', async () => {
+  it('caches object_info; a missing node type reads it again at most once a minute', async () => {
     await load(flowWith({ type: 'graph-gen-submit', check: true }, { baseUrl: sandbox.url }));
     await outputOf('n', { payload: textToImage() });
     await outputOf('n', { payload: textToImage() });
     assert.equal(sandbox.counters.count('/api/object_info'), 1);
+    // A class the server lacks: refused, and within the minute no second download of every definition.
+    const unknown = textToImage();
+    unknown[10] = { class_type: 'UpscaleImage', inputs: { image: ['8', 0] } };
+    for (let i = 0; i < 3; i++) await failureOf('n', { payload: unknown });
+    assert.equal(sandbox.counters.count('/api/object_info'), 1);
+    GenerationRestClient.definitionsRefreshMs = 0;
     // The service gains a node type after the cache was filled: a miss refreshes it and the submit goes.
     sandbox.generation.definitions.UpscaleImage = {
       input: { required: { image: ['IMAGE'] } },
@@ -196,9 +203,35 @@ describe('graph-gen-submit', () => {
     };
     const workflow = textToImage();
     workflow[10] = { class_type: 'UpscaleImage', inputs: { image: ['8', 0] } };
-    await outputOf('n', { payload: workflow });
-    assert.equal(sandbox.counters.count('/api/object_info'), 2);
-    delete sandbox.generation.definitions.UpscaleImage;
+    try {
+      await outputOf('n', { payload: workflow });
+      assert.equal(sandbox.counters.count('/api/object_info'), 2);
+    } finally {
+      GenerationRestClient.definitionsRefreshMs = 60_000;
+      delete sandbox.generation.definitions.UpscaleImage;
+    }
+  });
+
+  it('auto with a partner key: object_info unavailable means an ordinary workflow, with one warning', async () => {
+    await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url }));
+    const warnings = [];
+    const node = helper.getNode('n');
+    const warn = node.warn.bind(node);
+    node.warn = (text) => {
+      warnings.push(text);
+      warn(text);
+    };
+    sandbox.faults.add({ path: '/api/object_info', status: 500, times: Infinity });
+    try {
+      await outputOf('n', { payload: partnerWorkflow() }, 10000);
+      assert.equal(lastJob().extraData, undefined);
+      await outputOf('n', { payload: partnerWorkflow(), partner: true }, 10000);
+      assert.deepEqual(lastJob().extraData, { api_key_service_org: PARTNER_KEY });
+      assert.equal(warnings.length, 1);
+      assert.match(warnings[0], /node definitions could not be read .* unless msg.partner is true/);
+    } finally {
+      sandbox.faults.clear();
+    }
   });
 
   const partnerWorkflow = () => ({

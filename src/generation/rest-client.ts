@@ -59,6 +59,17 @@ export interface OpenFile {
 }
 
 const REDIRECTS = [301, 302, 303, 307, 308];
+
+/** `promise`, or a rejection as soon as `signal` aborts (the work itself goes on for others). */
+function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return promise;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const stop = () => reject(signal.reason);
+    signal.addEventListener('abort', stop, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
+  });
+}
 const MAX_FOREIGN_REDIRECTS = 3;
 
 function header(response: RawResponse, name: string): string | undefined {
@@ -115,8 +126,12 @@ function withoutKeys(element: unknown, keyField: string): unknown {
 }
 
 export class GenerationRestClient {
+  /** A class missing from the cached node definitions reads them again at most this often. */
+  static definitionsRefreshMs = 60_000;
+
   private definitions?: Record<string, NodeTypeDefinition>;
   private definitionsLoading?: Promise<Record<string, NodeTypeDefinition>>;
+  private definitionsReadAt = 0;
 
   /** `partnerKeyField`: the extra_data field of partner keys, removed from queue entries. */
   constructor(
@@ -141,6 +156,7 @@ export class GenerationRestClient {
           );
         }
         this.definitions = body;
+        this.definitionsReadAt = Date.now();
         return body;
       })
       .finally(() => {
@@ -150,16 +166,22 @@ export class GenerationRestClient {
   }
 
   /**
-   * The definitions of the given node types. A type missing from the cache refreshes it once (the service
-   * may have gained nodes since it was read); still missing = not in the answer.
+   * The definitions of the given node types. A type missing from the cache refreshes it (the service may
+   * have gained nodes since it was read), at most once a minute: a workflow with a class the server lacks
+   * must not download every definition again on each submit. Still missing = not in the answer. The signal
+   * stops the wait, not the shared read.
    */
-  async definitionsFor(classTypes: string[]): Promise<Record<string, NodeTypeDefinition>> {
+  async definitionsFor(
+    classTypes: string[],
+    signal?: AbortSignal,
+  ): Promise<Record<string, NodeTypeDefinition>> {
     const cached = this.definitions !== undefined;
-    let definitions = await this.nodeDefinitions();
-    if (cached && classTypes.some((type) => !(type in definitions)))
-      definitions = await this.nodeDefinitions(true);
+    let definitions = await abortable(this.nodeDefinitions(), signal);
+    const missing = classTypes.some((type) => !Object.hasOwn(definitions, type));
+    if (cached && missing && Date.now() - this.definitionsReadAt >= GenerationRestClient.definitionsRefreshMs)
+      definitions = await abortable(this.nodeDefinitions(true), signal);
     return Object.fromEntries(
-      classTypes.filter((type) => type in definitions).map((type) => [type, definitions[type]]),
+      classTypes.filter((type) => Object.hasOwn(definitions, type)).map((type) => [type, definitions[type]]),
     );
   }
 

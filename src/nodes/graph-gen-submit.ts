@@ -14,7 +14,13 @@ import {
   validateWorkflow,
   type Workflow,
 } from '../generation/workflow';
-import { handleMessages, generationConnection, statusWaiting, statusOk } from './node-helpers';
+import {
+  asServiceError,
+  handleMessages,
+  generationConnection,
+  statusWaiting,
+  statusOk,
+} from './node-helpers';
 
 interface SubmitDef extends NodeDef {
   server: string;
@@ -41,6 +47,7 @@ export = function (RED: NodeAPI) {
     const partnerMode = def.partner === 'always' || def.partner === 'never' ? def.partner : 'auto';
     const setting = (def.workflow ?? '').trim();
     let warnedNoPartnerKey = false;
+    let warnedNoDefinitions = false;
 
     function templateFor(msg: SubmitMessage): unknown {
       const fromPayload = readWorkflow(msg.payload);
@@ -68,7 +75,20 @@ export = function (RED: NodeAPI) {
       let sendPartnerKey = partnerMode === 'always' || (partnerMode === 'auto' && msg.partner === true);
       if (def.check || (partnerMode === 'auto' && !sendPartnerKey && partnerKey)) {
         node.status(statusWaiting('checking…'));
-        const definitions = await connection.rest.definitionsFor(classTypesOf(prompt));
+        let definitions: Awaited<ReturnType<typeof connection.rest.definitionsFor>>;
+        try {
+          definitions = await connection.rest.definitionsFor(classTypesOf(prompt), signal);
+        } catch (error) {
+          // Asked for only to find partner nodes: without them the workflow goes as an ordinary one.
+          if (def.check || signal.aborted) throw error;
+          definitions = {};
+          if (!warnedNoPartnerKey && !warnedNoDefinitions) {
+            warnedNoDefinitions = true;
+            node.warn(
+              `The node definitions could not be read (${asServiceError(error).message}), so partner nodes cannot be told: workflows are sent without the partner key unless msg.partner is true`,
+            );
+          }
+        }
         if (def.check) checkAgainstDefinitions(prompt, (type) => definitions[type]);
         if (
           partnerMode === 'auto' &&
