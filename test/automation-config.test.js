@@ -150,20 +150,43 @@ describe('automation-config', () => {
       }
     });
 
-    it('reads ${VAR} references in the settings and the key from the environment, as a deploy does', async () => {
+    it('tests deployed ${VAR} settings as the deploy resolved them, and a typed ${VAR} key', async () => {
       process.env.TEST_AUTOMATION_PORT = String(sandbox.server.port);
       process.env.TEST_AUTOMATION_KEY = KEY;
       try {
+        await helper.unload();
+        await helper.load(
+          [configNode, listNode, catchNode],
+          flow(sandbox, {}, { port: '${TEST_AUTOMATION_PORT}' }),
+          credentials,
+        );
         const { body } = await test({
           ...settings(),
+          id: 'cfg',
           port: '${TEST_AUTOMATION_PORT}',
           apiKey: '${TEST_AUTOMATION_KEY}',
         });
         assert.equal(body.ok, true, body.message);
         assert.equal(listRequests(sandbox)[0].headers['x-automation-api-key'], KEY);
+        // Typed settings with a reference are not read from the environment.
+        const typed = await test({ ...settings(), port: '${TEST_AUTOMATION_PORT}', apiKey: KEY });
+        assert.equal(typed.body.ok, false);
+        assert.match(typed.body.message, /deploy the config node first/);
       } finally {
         delete process.env.TEST_AUTOMATION_PORT;
         delete process.env.TEST_AUTOMATION_KEY;
+      }
+    });
+
+    it('sends the stored key only toward the settings it was deployed with', async () => {
+      sandbox.counters.reset();
+      await test({ ...settings(), id: 'cfg', headerName: 'X-Other-Header' });
+      await test({ ...settings(), id: 'cfg', apiVersion: '2' });
+      const requests = sandbox.counters.requests;
+      assert.ok(requests.length >= 2);
+      for (const request of requests) {
+        assert.equal(request.headers['x-automation-api-key'], undefined);
+        assert.equal(request.headers['x-other-header'], undefined);
       }
     });
 

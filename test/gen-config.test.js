@@ -100,17 +100,49 @@ describe('graph-gen-config', () => {
       assert.match(bad.body.message, /not an http\(s\) address/);
     });
 
-    it('resolves ${VAR} references in the typed address and key, as a deploy does', async () => {
-      await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }), {});
+    it('tests a deployed ${VAR} address as the deploy resolved it, and a typed ${VAR} key as a deploy would', async () => {
       process.env.GEN_TEST_URL = cloud.url;
       process.env.GEN_TEST_KEY = API_KEY;
       try {
-        const answer = await test({ baseUrl: '${GEN_TEST_URL}', apiKey: '${GEN_TEST_KEY}' });
+        await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: '${GEN_TEST_URL}' }), {});
+        const answer = await test({ id: 'c', baseUrl: '${GEN_TEST_URL}', apiKey: '${GEN_TEST_KEY}' });
         assert.equal(answer.body.ok, true, answer.body.message);
         assert.equal(cloud.counters.matching('/api/queue')[0].headers['x-api-key'], API_KEY);
       } finally {
         delete process.env.GEN_TEST_URL;
         delete process.env.GEN_TEST_KEY;
+      }
+    });
+
+    it('never reads the server environment into a typed address: it asks to deploy first', async () => {
+      await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }), {});
+      process.env.GEN_TEST_SECRET = 'environment-secret';
+      try {
+        const answer = await test({ id: 'c', baseUrl: 'http://127.0.0.1:9/${GEN_TEST_SECRET}' });
+        assert.equal(answer.body.ok, false);
+        assert.match(answer.body.message, /deploy the config node first/);
+        assert.doesNotMatch(JSON.stringify(answer.body), /environment-secret/);
+      } finally {
+        delete process.env.GEN_TEST_SECRET;
+      }
+    });
+
+    it('sends a stored key only to the address it was deployed with, and only for its own node type', async () => {
+      const rogue = await startSandbox();
+      try {
+        await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+        // Another address with the node's id: tested without the stored key.
+        await test({ id: 'c', baseUrl: rogue.url });
+        await test({ id: 'c', baseUrl: rogue.url, apiKey: '__PWRD__' });
+        const seen = rogue.counters.requests;
+        assert.ok(seen.length >= 2);
+        for (const request of seen) assert.equal(request.headers['x-api-key'], undefined);
+        // The id of a node of another type (here the queue node): no stored key either.
+        cloud.counters.reset();
+        await test({ id: 'n', baseUrl: cloud.url });
+        assert.equal(cloud.counters.matching('/api/queue')[0].headers['x-api-key'], undefined);
+      } finally {
+        await rogue.close();
       }
     });
 

@@ -8,7 +8,7 @@ import type { Request, Response } from 'express';
 import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '../automation/client';
 import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
-import { asServiceError, keyForConnectionTest, substituteEnvVarsIn } from './node-helpers';
+import { asServiceError, connectionTestTarget } from './node-helpers';
 
 interface AutomationConfigDef extends NodeDef {
   deployment?: string;
@@ -51,6 +51,18 @@ function retryPolicy(def: Partial<AutomationConfigDef>): RetryPolicy {
     maxDelayMs: Math.max(baseDelayMs, DEFAULT_RETRY_POLICY.maxDelayMs),
   };
 }
+
+/** The settings that say where requests go: a stored key is tested only toward these as deployed. */
+const ADDRESS_FIELDS: Array<keyof AutomationConfigDef & string> = [
+  'deployment',
+  'protocol',
+  'host',
+  'port',
+  'pathPrefix',
+  'instanceUrl',
+  'apiVersion',
+  'headerName',
+];
 
 function clientSettings(def: Partial<AutomationConfigDef>, apiKey: string | undefined): AutomationSettings {
   return {
@@ -148,7 +160,18 @@ export = function (RED: NodeAPI) {
     RED.auth.needsPermission('automation-config.write'),
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as Partial<AutomationConfigDef> & { apiKey?: string };
-      testConnection(clientSettings(substituteEnvVarsIn(body), keyForConnectionTest(RED, body))).then(
+      const target = connectionTestTarget<AutomationConfigDef>(
+        RED,
+        'automation-config',
+        ADDRESS_FIELDS,
+        body,
+      );
+      if (target.refusal) {
+        res.json({ ok: false, message: target.refusal });
+        return;
+      }
+      const settings = { ...target.settings, retries: body.retries, retryDelay: body.retryDelay };
+      testConnection(clientSettings(settings, target.key)).then(
         (answer) => res.json(answer),
         (error: unknown) => res.json({ ok: false, message: asServiceError(error).message }),
       );

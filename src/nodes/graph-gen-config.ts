@@ -7,7 +7,7 @@ import type { Node, NodeAPI, NodeDef } from 'node-red';
 import type { Request, Response } from 'express';
 import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
 import { checkConnection } from '../generation/connection-check';
-import { asServiceError, keyForConnectionTest, substituteEnvVars } from './node-helpers';
+import { asServiceError, connectionTestTarget } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -56,11 +56,12 @@ function graphGenConfig(RED: NodeAPI): void {
     RED.auth.needsPermission('graph-gen-config.write'),
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as { id?: string; baseUrl?: string; apiKey?: string };
-      // The dialog sends raw values: `${VAR}` references are resolved here as a deploy would.
-      checkConnection(
-        substituteEnvVars(String(body.baseUrl ?? '')).trim(),
-        keyForConnectionTest(RED, body),
-      ).then(
+      const target = connectionTestTarget<{ baseUrl: string }>(RED, 'graph-gen-config', ['baseUrl'], body);
+      if (target.refusal) {
+        res.json({ ok: false, code: 'invalid_input', message: target.refusal });
+        return;
+      }
+      checkConnection(String(target.settings.baseUrl ?? '').trim(), target.key).then(
         (result) => res.json(result),
         (error: unknown) =>
           res.json({ ok: false, code: 'server_error', message: `The test failed: ${String(error)}` }),

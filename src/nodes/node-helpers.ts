@@ -73,24 +73,10 @@ export function fail(node: Node, done: (error?: Error) => void, error: unknown):
   done(serviceError);
 }
 
-/**
- * Replaces `${VAR}` references with the environment's values, as Node-RED does for node properties and
- * credentials at deploy time. Admin endpoints (test connection) get the dialog's raw values and need this.
- */
-export function substituteEnvVars(value: string): string;
-export function substituteEnvVars(value: string | undefined): string | undefined;
-export function substituteEnvVars(value: string | undefined): string | undefined {
-  return value?.replace(/\$\{([^}]+)\}/g, (_match, name: string) => process.env[name.trim()] ?? '');
-}
-
-/** Every string field of a dialog's settings with `${VAR}` references replaced. */
-export function substituteEnvVarsIn<T extends object>(settings: T): T {
-  return Object.fromEntries(
-    Object.entries(settings).map(([key, value]) => [
-      key,
-      typeof value === 'string' ? substituteEnvVars(value) : value,
-    ]),
-  ) as T;
+/** A whole-value `${VAR}` reference replaced by the environment's value, as Node-RED does at deploy. */
+export function resolveEnvReference(value: string | undefined): string | undefined {
+  const reference = /^\$\{(\S+)\}$/.exec(value ?? '');
+  return reference ? process.env[reference[1]] : value;
 }
 
 export type SendFunction = (msg: NodeMessage | Array<NodeMessage | NodeMessage[] | null>) => void;
@@ -131,20 +117,60 @@ export function handleMessages<M extends NodeMessageInFlow>(
 /** What Node-RED's editor sends for a password credential that was left unchanged. */
 const UNCHANGED_PASSWORD = '__PWRD__';
 
+export interface ConnectionTestTarget<S> {
+  /** The settings to test: as deployed (resolved) when the dialog shows the deployed ones, else as typed. */
+  settings: S;
+  key?: string;
+  /** Why the test cannot be made as asked, in a sentence (then nothing is sent). */
+  refusal?: string;
+}
+
 /**
- * The key a "test connection" request means: the one typed in the dialog, or the node's stored one when the
- * field was left unchanged (the editor never sends a stored key back), with `${VAR}` resolved as a deploy does.
+ * What a dialog's "test connection" may use. The dialog sends the settings as typed, the key field and the
+ * node's id. A stored key goes only to the address it was deployed with: it is used for a deployed node of
+ * this very type whose saved settings are the ones sent, and then the deployed settings (with their
+ * `${VAR}` references resolved, as the deploy did) are tested. Typed settings are tested as typed: the
+ * server's environment is not read into an address of the editor's choosing. A typed key may be a
+ * `${VAR}` reference, resolved as a deploy resolves it.
  */
-export function keyForConnectionTest(
+export function connectionTestTarget<S extends object>(
   RED: NodeAPI,
-  body: { id?: unknown; apiKey?: unknown },
-): string | undefined {
-  let key = typeof body.apiKey === 'string' ? body.apiKey : undefined;
-  if ((key === undefined || key === UNCHANGED_PASSWORD) && typeof body.id === 'string' && body.id) {
-    key = (RED.nodes.getCredentials(body.id) as { apiKey?: string } | undefined)?.apiKey;
+  type: string,
+  fields: Array<keyof S & string>,
+  body: Partial<S> & { id?: unknown; apiKey?: unknown },
+): ConnectionTestTarget<Partial<S>> {
+  let saved: Record<string, unknown> | undefined;
+  if (typeof body.id === 'string' && body.id) {
+    RED.nodes.eachNode((config) => {
+      if (config.id === body.id && config.type === type) saved = config as unknown as Record<string, unknown>;
+    });
   }
-  if (key === UNCHANGED_PASSWORD) return undefined;
-  return substituteEnvVars(key) || undefined;
+  const text = (value: unknown) => (value === undefined || value === null ? '' : String(value));
+  const asDeployed =
+    saved !== undefined &&
+    fields.every((field) => text((saved as Record<string, unknown>)[field]) === text(body[field]));
+  const typed =
+    typeof body.apiKey === 'string' && body.apiKey !== UNCHANGED_PASSWORD ? body.apiKey : undefined;
+  if (asDeployed) {
+    const settings = Object.fromEntries(
+      fields.map((field) => {
+        const value = (saved as Record<string, unknown>)[field];
+        return [field, typeof value === 'string' ? resolveEnvReference(value) : value];
+      }),
+    ) as Partial<S>;
+    const stored = (RED.nodes.getCredentials(body.id as string) as { apiKey?: string } | undefined)?.apiKey;
+    const key = typed !== undefined ? typed : stored;
+    return { settings, key: resolveEnvReference(key) || undefined };
+  }
+  const settings = Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
+  if (fields.some((field) => /\$\{/.test(text(body[field])))) {
+    return {
+      settings,
+      refusal:
+        'The settings name an environment variable (${...}): deploy the config node first, then test it; the dialog does not read the server environment into an address.',
+    };
+  }
+  return { settings, key: resolveEnvReference(typed) || undefined };
 }
 
 /** The connection of a generation node's config node, or a refusal that says to pick one. */
