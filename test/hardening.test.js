@@ -206,7 +206,7 @@ describe('hardening', () => {
       await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {});
       const failure = await failureOf('n', {}, 15000);
       assert.equal(failure.error.code, 'server_error');
-      assert.match(failure.error.message, /answered listing the queue with more than 32 MiB/);
+      assert.match(failure.error.message, /answered listing the queue with more than 64 MiB/);
       const sent = chunks;
       await sleep(200);
       assert.ok(chunks - sent < 5, 'the client stopped reading');
@@ -261,6 +261,67 @@ describe('hardening', () => {
       const started = Date.now();
       await helper.unload();
       assert.ok(Date.now() - started < 1000, `closed in ${Date.now() - started} ms`);
+    });
+  });
+
+  describe('limits are settings of the config nodes', () => {
+    it('graph-gen-config: answer and list sizes, the request time limit and the kept events', async () => {
+      const sandbox = await startSandbox({ events: { autoRun: false } });
+      try {
+        for (let i = 0; i < 5; i++) sandbox.jobs.submit(textToImage(), 'someone');
+        const flow = flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: sandbox.url });
+        Object.assign(flow[0], { listLimitMiB: '0.001', keptEventsMiB: '2', requestTimeout: '0.5' });
+        await load(flow, {});
+        const failure = await failureOf('n', {});
+        assert.equal(failure.error.code, 'server_error');
+        assert.match(failure.error.message, /more than 1 KiB/);
+        const connection = helper.getNode('c').connection;
+        assert.equal(connection.limits.keptEventBytes, 2 * 1024 * 1024);
+        assert.equal(connection.limits.requestTimeoutMs, 500);
+        assert.equal(connection.limits.answerBytes, 8 * 1024 * 1024, 'blank or absent: the default');
+      } finally {
+        await sandbox.close();
+      }
+    });
+
+    it('automation-config: a page larger than its limit is refused', async () => {
+      rogue.handle = (_req, res) => json(res, 200, { data: [{ id: 'x'.repeat(5000) }] });
+      const { port } = new URL(rogue.url);
+      const automationConfig = require('../dist/nodes/automation-config.js');
+      const listNode = require('../dist/nodes/automation-list-workflows.js');
+      const { coreNode } = require('./support/node-red');
+      await helper.load(
+        [automationConfig, listNode, coreNode('common/25-catch.js')],
+        [
+          { id: 'f1', type: 'tab' },
+          {
+            id: 'a',
+            type: 'automation-config',
+            host: '127.0.0.1',
+            port,
+            protocol: 'http',
+            pageLimitMiB: '0.001',
+          },
+          {
+            id: 'l',
+            z: 'f1',
+            x: 1,
+            y: 1,
+            type: 'automation-list-workflows',
+            server: 'a',
+            mode: 'page',
+            wires: [[]],
+          },
+          { id: 'catcher', z: 'f1', x: 1, y: 1, type: 'catch', scope: null, wires: [['caught']] },
+          { id: 'caught', z: 'f1', x: 1, y: 1, type: 'helper' },
+        ],
+        { a: { apiKey: 'k' } },
+      );
+      const caught = collect('caught');
+      helper.getNode('l').receive({});
+      const failure = (await caught.next()).error;
+      assert.equal(failure.code, 'server_error');
+      assert.match(failure.message, /more than 1 KiB/);
     });
   });
 

@@ -21,6 +21,10 @@ export interface AutomationSettings extends AddressSettings {
   headerName?: string;
   retry?: RetryPolicy;
   timeoutMs?: number;
+  /** The largest page read (default 64 MiB). */
+  maxPageBytes?: number;
+  /** How long one page request may take, body included (default 120 s). */
+  totalTimeoutMs?: number;
 }
 
 /** A workflow as the service sends it; only `id` is looked at (to drop repeats). */
@@ -102,7 +106,7 @@ function checkPageCap(maxPages: number | undefined): number {
 /** Cursors are short opaque tokens; a longer one is a broken service (and each page would carry it). */
 const MAX_CURSOR_LENGTH = 4096;
 /** Pages of up to 250 workflows, each with its nodes: larger than most JSON answers. */
-const MAX_PAGE_BYTES = 64 * 1024 * 1024;
+export const MAX_PAGE_BYTES = 64 * 1024 * 1024;
 
 function readPage(body: unknown): WorkflowPage {
   const record = body as { data?: unknown; nextCursor?: unknown; total?: unknown; count?: unknown } | null;
@@ -146,6 +150,8 @@ export class AutomationClient {
       serviceName: SERVICE_NAME,
       retry: settings.retry,
       timeoutMs: settings.timeoutMs,
+      maxJsonBytes: settings.maxPageBytes ?? MAX_PAGE_BYTES,
+      totalTimeoutMs: settings.totalTimeoutMs,
     });
   }
 
@@ -158,7 +164,6 @@ export class AutomationClient {
       const { body } = await this.http.json<unknown>('workflows', {
         query: { active, limit, cursor },
         action: 'listing workflows',
-        maxBytes: MAX_PAGE_BYTES,
         signal,
       });
       return readPage(body);

@@ -19,7 +19,28 @@ export interface GenerationSettings {
   partnerKey?: string;
   /** The field of extra_data that carries the partner key (the spec's name by default). */
   partnerKeyField: string;
+  /** Bounds on what the service may make this connection hold or wait for (defaults: GENERATION_LIMITS). */
+  limits?: Partial<GenerationLimits>;
 }
+
+/** What a misbehaving or overloaded service may cost: each is a config node setting. */
+export interface GenerationLimits {
+  /** The largest status, submit or upload answer read. */
+  answerBytes: number;
+  /** The largest queue list or node definitions read (each queue entry carries its whole workflow). */
+  listBytes: number;
+  /** How long a request with a JSON answer may take, body included. */
+  requestTimeoutMs: number;
+  /** Events kept on the socket for jobs nobody awaits yet, all together. */
+  keptEventBytes: number;
+}
+
+export const GENERATION_LIMITS: GenerationLimits = {
+  answerBytes: 8 * 1024 * 1024,
+  listBytes: 64 * 1024 * 1024,
+  requestTimeoutMs: 120_000,
+  keptEventBytes: 64 * 1024 * 1024,
+};
 
 export const DEFAULT_PARTNER_KEY_FIELD = 'api_key_service_org';
 
@@ -68,17 +89,21 @@ export class GenerationConnection {
   /** Every cancel sent through this connection, for the await-job nodes. */
   readonly cancels = new CancelRegistry();
   private socketManager?: SocketManager;
+  readonly limits: GenerationLimits;
 
   /** Refuses (invalid_input) a base address that is not http(s). */
   constructor(readonly settings: GenerationSettings) {
     checkedBaseUrl(settings.baseUrl);
+    this.limits = { ...GENERATION_LIMITS, ...settings.limits };
     this.http = new HttpClient({
+      maxJsonBytes: this.limits.answerBytes,
+      totalTimeoutMs: this.limits.requestTimeoutMs,
       baseUrl: settings.baseUrl,
       headers: settings.apiKey ? { 'x-api-key': settings.apiKey } : {},
       secrets: [settings.apiKey, settings.partnerKey],
       serviceName: 'the generation service',
     });
-    this.rest = new GenerationRestClient(this.http, settings.partnerKeyField);
+    this.rest = new GenerationRestClient(this.http, settings.partnerKeyField, this.limits.listBytes);
     this.lookup = new JobLookup(this.http);
   }
 
@@ -134,6 +159,7 @@ export class GenerationConnection {
       apiKey: this.settings.apiKey,
       secrets: [this.settings.partnerKey],
       clientId: this.clientId,
+      limits: { keptBytes: this.limits.keptEventBytes },
     });
     return this.socketManager;
   }

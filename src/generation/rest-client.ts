@@ -133,10 +133,14 @@ export class GenerationRestClient {
   private definitionsLoading?: Promise<Record<string, NodeTypeDefinition>>;
   private definitionsReadAt = 0;
 
-  /** `partnerKeyField`: the extra_data field of partner keys, removed from queue entries. */
+  /**
+   * `partnerKeyField`: the extra_data field of partner keys, removed from queue entries; `listBytes`: the
+   * largest queue list or node definitions read.
+   */
   constructor(
     private readonly http: HttpClient,
     private readonly partnerKeyField = 'api_key_service_org',
+    private readonly listBytes = 64 * 1024 * 1024,
   ) {}
 
   /** GET /api/object_info, cached until `refresh` or a lookup misses. */
@@ -146,7 +150,7 @@ export class GenerationRestClient {
       .json<Record<string, NodeTypeDefinition>>('/api/object_info', {
         action: 'reading the node definitions',
         // Every node type of the server, custom nodes included: megabytes on a real server.
-        maxBytes: 64 * 1024 * 1024,
+        maxBytes: this.listBytes,
       })
       .then(({ body }) => {
         if (!body || typeof body !== 'object' || Array.isArray(body)) {
@@ -393,7 +397,7 @@ export class GenerationRestClient {
       signal,
       action: 'listing the queue',
       // Each entry carries its whole workflow: a long queue is tens of megabytes.
-      maxBytes: 32 * 1024 * 1024,
+      maxBytes: this.listBytes,
     });
     const lists = ['queue_running', 'queue_pending'] as const;
     if (

@@ -23,6 +23,10 @@ interface AutomationConfigDef extends NodeDef {
   retries?: string | number;
   /** The first retry's longest wait in ms, doubled each time (blank = 250). */
   retryDelay?: string | number;
+  /** The largest page read, MiB (blank = 64). */
+  pageLimitMiB?: string | number;
+  /** How long a page request may take, seconds (blank = 120). */
+  requestTimeout?: string | number;
 }
 
 interface AutomationCredentials {
@@ -76,6 +80,8 @@ function clientSettings(def: Partial<AutomationConfigDef>, apiKey: string | unde
     headerName: def.headerName || DEFAULT_KEY_HEADER,
     apiKey: apiKey || undefined,
     retry: retryPolicy(def),
+    maxPageBytes: numberSetting(def.pageLimitMiB, 64, 0.001) * 1024 * 1024,
+    totalTimeoutMs: numberSetting(def.requestTimeout, 120, 0.001) * 1000,
   };
 }
 

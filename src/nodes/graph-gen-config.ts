@@ -5,13 +5,42 @@
  */
 import type { Node, NodeAPI, NodeDef } from 'node-red';
 import type { Request, Response } from 'express';
-import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
+import {
+  DEFAULT_PARTNER_KEY_FIELD,
+  GENERATION_LIMITS,
+  GenerationConnection,
+  type GenerationLimits,
+} from '../generation/connection';
 import { checkConnection } from '../generation/connection-check';
 import { asServiceError, connectionTestTarget } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
   partnerKeyField?: string;
+  /** Limits (blank = the default): MiB, MiB, seconds, MiB. */
+  answerLimitMiB?: string | number;
+  listLimitMiB?: string | number;
+  requestTimeout?: string | number;
+  keptEventsMiB?: string | number;
+}
+
+const MIB = 1024 * 1024;
+
+/** A positive number setting, else the default. */
+function positive(value: string | number | undefined, unit: number, fallback: number): number {
+  const number = Number(value);
+  return value !== undefined && String(value).trim() !== '' && Number.isFinite(number) && number > 0
+    ? number * unit
+    : fallback;
+}
+
+function limitsOf(def: GraphGenConfigDef): GenerationLimits {
+  return {
+    answerBytes: positive(def.answerLimitMiB, MIB, GENERATION_LIMITS.answerBytes),
+    listBytes: positive(def.listLimitMiB, MIB, GENERATION_LIMITS.listBytes),
+    requestTimeoutMs: positive(def.requestTimeout, 1000, GENERATION_LIMITS.requestTimeoutMs),
+    keptEventBytes: positive(def.keptEventsMiB, MIB, GENERATION_LIMITS.keptEventBytes),
+  };
 }
 
 interface GraphGenCredentials {
@@ -29,6 +58,7 @@ function graphGenConfig(RED: NodeAPI): void {
         apiKey: credentials.apiKey || undefined,
         partnerKey: credentials.partnerKey || undefined,
         partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
+        limits: limitsOf(def),
       });
     } catch (error) {
       // Nothing may be thrown out of a node's constructor; the nodes that use this config say why instead.
