@@ -46,6 +46,74 @@ describe('hardening', () => {
     }).timeout(15000);
   });
 
+  describe('redeploy with work in flight', () => {
+    it('an upload, a download, a submit and an await all in flight: the flow stops in under 2 s', async () => {
+      const sandbox = await startSandbox();
+      const os = require('node:os');
+      const fs = require('node:fs');
+      const path = require('node:path');
+      const directory = fs.mkdtempSync(path.join(os.tmpdir(), 'inflight-'));
+      try {
+        const big = { filename: 'big.bin', subfolder: '', type: 'output' };
+        sandbox.generation.addFile(big, { size: 64 << 20 });
+        sandbox.faults.add({ path: '/api/upload/image', delayMs: 30_000 });
+        sandbox.faults.add({ path: '/api/view', stallAfterBytes: 1 << 20 });
+        sandbox.faults.add({ path: '/api/prompt', delayMs: 30_000 });
+        const flow = [
+          { id: 'f1', type: 'tab' },
+          { id: 'cfg', type: 'graph-gen-config', baseUrl: sandbox.url, partnerKeyField: 'x' },
+          { id: 'up', z: 'f1', x: 1, y: 1, type: 'graph-gen-upload', server: 'cfg', wires: [[]] },
+          {
+            id: 'dl',
+            z: 'f1',
+            x: 1,
+            y: 1,
+            type: 'graph-gen-download',
+            server: 'cfg',
+            mode: 'file',
+            directory,
+            directoryType: 'str',
+            wires: [[]],
+          },
+          { id: 'sub', z: 'f1', x: 1, y: 1, type: 'graph-gen-submit', server: 'cfg', wires: [[]] },
+          {
+            id: 'aw',
+            z: 'f1',
+            x: 1,
+            y: 1,
+            type: 'graph-gen-await-job',
+            server: 'cfg',
+            timeout: '0',
+            timeoutType: 'num',
+            wires: [[], [], []],
+          },
+        ];
+        await helper.load([...ALL_NODES, awaitNode], flow, { cfg: {} });
+        const hang = sandbox.jobs.submit(workflow({ 9: { class_type: 'SandboxHang', inputs: {} } }), 'x');
+        helper.getNode('up').receive({ payload: Buffer.alloc(1000, 1), filename: 'a.png' });
+        helper.getNode('dl').receive({ payload: big });
+        helper.getNode('sub').receive({ payload: textToImage() });
+        helper.getNode('aw').receive({ prompt_id: hang.id });
+        await until(
+          () =>
+            ['/api/upload/image', '/api/view', '/api/prompt'].every(
+              (route) => sandbox.counters.count(route) > 0,
+            ),
+          'every request under way',
+        );
+        await sleep(200);
+        const started = Date.now();
+        await helper.unload();
+        const took = Date.now() - started;
+        assert.ok(took < 2000, `the redeploy took ${took} ms`);
+        assert.deepEqual(fs.readdirSync(directory), [], 'no partial download left');
+      } finally {
+        await sandbox.close();
+        fs.rmSync(directory, { recursive: true, force: true });
+      }
+    });
+  });
+
   describe('errors', () => {
     it('a redirect is an error naming the new scheme and host (never its query): fix the base address', async () => {
       rogue.handle = (req, res) =>

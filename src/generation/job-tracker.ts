@@ -528,7 +528,7 @@ export class JobTracker {
     if (job.ending) return;
     if (job.options.cancelOnTimeout) {
       this.connection
-        .cancel([job.promptId])
+        .cancel([job.promptId], this.aborter.signal)
         .catch((error: unknown) =>
           this.log(
             'warn',
