@@ -422,6 +422,51 @@ describe('hardening', () => {
     });
   });
 
+  describe('service data as keys', () => {
+    it('a job whose prompt_id is __proto__ is unknown, not taken for Object.prototype', async () => {
+      const { GenerationConnection } = require('../dist/generation/connection');
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/history/')) return json(res, 200, {});
+        if (req.url.startsWith('/api/queue')) return json(res, 200, { queue_running: [], queue_pending: [] });
+        res.writeHead(404, { 'content-type': 'text/plain' }).end('404: Not Found');
+      };
+      const connection = new GenerationConnection({ baseUrl: rogue.url, partnerKeyField: 'x' });
+      try {
+        assert.deepEqual(await connection.lookup.status('__proto__'), { phase: 'unknown' });
+        assert.equal(await connection.lookup.outputs('__proto__'), undefined);
+      } finally {
+        await connection.close();
+      }
+    });
+
+    it('a walk whose cursors are 48 kB each ends with an error at once', async () => {
+      const { AutomationClient } = require('../dist/automation/client');
+      rogue.handle = (_req, res) => json(res, 200, { data: [{ id: 1 }], nextCursor: 'c'.repeat(48_000) });
+      const { port } = new URL(rogue.url);
+      const client = new AutomationClient({
+        deployment: 'self-hosted',
+        host: '127.0.0.1',
+        port,
+        protocol: 'http',
+      });
+      try {
+        await assert.rejects(
+          (async () => {
+            for await (const page of client.walk({})) assert.ok(page);
+          })(),
+          (error) => {
+            assert.equal(error.code, 'server_error');
+            assert.match(error.message, /nextCursor of 48000 characters/);
+            return true;
+          },
+        );
+        assert.equal(rogue.seen.length, 1);
+      } finally {
+        await client.close();
+      }
+    });
+  });
+
   describe('secrets', () => {
     it("the queue list removes keys from every entry's extra_data (other clients' partner keys)", async () => {
       rogue.handle = (_req, res) =>
