@@ -34,6 +34,12 @@ describe('graph-gen-config', () => {
       apiKey: API_KEY,
       partnerKey: PARTNER_KEY,
       partnerKeyField: 'api_key_service_org',
+      limits: {
+        answerBytes: 8 * 1024 * 1024,
+        listBytes: 64 * 1024 * 1024,
+        requestTimeoutMs: 120_000,
+        keptEventBytes: 64 * 1024 * 1024,
+      },
     });
     await outputOf('n', {});
     assert.equal(cloud.counters.matching('/api/queue')[0].headers['x-api-key'], API_KEY);
