@@ -184,7 +184,8 @@ describe('job lifecycle on a self-hosted server', () => {
       await sandbox.close();
     });
 
-    async function loadFlow(target = sandbox) {
+    /** A config, an await-job and a queue node (cancel); `credentials` of the config. */
+    async function loadFlow(target = sandbox, credentials = {}) {
       const flow = awaitFlow(target, {}, [
         {
           id: 'queue',
@@ -196,7 +197,7 @@ describe('job lifecycle on a self-hosted server', () => {
         },
         { id: 'queued', z: 'f1', type: 'helper' },
       ]);
-      await helper.load([configNode, awaitNode, queueNode, catchNode], flow, { cfg: {} });
+      await helper.load([configNode, awaitNode, queueNode, catchNode], flow, { cfg: credentials });
       const connection = helper.getNode('cfg').connection;
       await connection.sockets().ready(5000);
       return {
@@ -290,20 +291,7 @@ describe('job lifecycle on a self-hosted server', () => {
     it('a cloud service that honours delete for a running job gets no interrupt', async () => {
       await sandbox.close();
       sandbox = await startSandbox({ generationApiKey: KEY, events: { stepDelayMs: 1 } });
-      const flow = awaitFlow(sandbox, {}, [
-        {
-          id: 'queue',
-          z: 'f1',
-          type: 'graph-gen-queue',
-          server: 'cfg',
-          action: 'cancel',
-          wires: [['queued']],
-        },
-        { id: 'queued', z: 'f1', type: 'helper' },
-      ]);
-      await helper.load([configNode, awaitNode, queueNode, catchNode], flow, { cfg: { apiKey: KEY } });
-      const failed = collect('failed');
-      const queued = collect('queued');
+      const { failed, queued } = await loadFlow(sandbox, { apiKey: KEY });
       const job = sandbox.jobs.submit(workflow(HANG), 'someone');
       await until(() => job.state === 'in_progress', 'the job to run');
       helper.getNode('await').receive({ prompt_id: job.id });

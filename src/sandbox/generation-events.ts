@@ -341,6 +341,18 @@ export function mountGenerationEvents(
     hangs.get(job.id)?.();
   };
 
+  /** Empties the queue and wakes every pausing or hanging run, so each ends at its next step. */
+  const stopAll = () => {
+    waiting.length = 0;
+    for (const [timer, wake] of sleepers) {
+      clearTimeout(timer);
+      wake();
+    }
+    sleepers.clear();
+    for (const wake of hangs.values()) wake();
+    hangs.clear();
+  };
+
   jobs.on('submitted', onSubmitted);
   jobs.on('cancel', stopRunning);
   jobs.on('interrupt', stopRunning);
@@ -412,14 +424,7 @@ export function mountGenerationEvents(
     },
     restart() {
       for (const job of jobs.jobs.values()) job.state = 'failed';
-      waiting.length = 0;
-      for (const [timer, wake] of sleepers) {
-        clearTimeout(timer);
-        wake();
-      }
-      sleepers.clear();
-      for (const wake of hangs.values()) wake();
-      hangs.clear();
+      stopAll();
       jobs.jobs.clear();
       for (const peer of peers) peer.ws.terminate();
     },
@@ -428,14 +433,7 @@ export function mountGenerationEvents(
       jobs.off('submitted', onSubmitted);
       jobs.off('cancel', stopRunning);
       jobs.off('interrupt', stopRunning);
-      for (const [timer, wake] of sleepers) {
-        clearTimeout(timer);
-        wake();
-      }
-      sleepers.clear();
-      for (const wake of hangs.values()) wake();
-      hangs.clear();
-      waiting.length = 0;
+      stopAll();
     },
   };
 }
