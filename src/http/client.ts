@@ -145,11 +145,15 @@ export class HttpClient {
   async json<T>(path: string, options: RequestOptions = {}): Promise<JsonAnswer<T>> {
     const limit = options.maxBytes ?? this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES;
     const total = this.options.totalTimeoutMs ?? DEFAULT_TOTAL_TIMEOUT_MS;
-    const deadline = AbortSignal.timeout(total);
-    const signal = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline;
+    // One controller per request, freed when it ends: the caller's signal may live as long as its node.
+    const controller = new AbortController();
+    const deadline = setTimeout(() => controller.abort(new Error('time limit')), total);
+    const stop = () => controller.abort(options.signal?.reason);
+    options.signal?.addEventListener('abort', stop, { once: true });
+    if (options.signal?.aborted) stop();
     let response: RawResponse & { text: string };
     try {
-      response = await this.send(path, { ...options, signal }, async (raw) => ({
+      response = await this.send(path, { ...options, signal: controller.signal }, async (raw) => ({
         ...raw,
         text: await readText(raw.body, limit),
       }));
@@ -160,13 +164,16 @@ export class HttpClient {
           `${this.options.serviceName} answered ${this.what(options)} with more than ${formatBytes(error.limit)}: check the base address in the config node (the limit is a setting)`,
         );
       }
-      if (deadline.aborted && !options.signal?.aborted) {
+      if (controller.signal.aborted && !options.signal?.aborted) {
         throw new ServiceError(
           'network',
           `${this.options.serviceName} did not finish answering ${this.what(options)} within ${Math.round(total / 1000)} s: check that the service is healthy`,
         );
       }
       throw error;
+    } finally {
+      clearTimeout(deadline);
+      options.signal?.removeEventListener('abort', stop);
     }
     const text = response.text;
     if (text.trim() === '') return { status: response.status, body: undefined as T, json: false };
@@ -344,7 +351,10 @@ export class HttpClient {
   }
 
   private async httpError(response: Dispatcher.ResponseData, options: RequestOptions): Promise<ServiceError> {
-    const text = await response.body.text().catch(() => '');
+    // An error body is read for its message only, and bounded like any answer.
+    const text = await readText(response.body, this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES).catch(
+      () => '',
+    );
     let body: unknown = text;
     try {
       body = text ? JSON.parse(text) : undefined;
