@@ -81,6 +81,9 @@ export function resolveEnvReference(value: string | undefined): string | undefin
 
 export type SendFunction = (msg: NodeMessage | Array<NodeMessage | NodeMessage[] | null>) => void;
 
+/** How long a closing node waits for its stopped requests to clean up. */
+const CLOSE_WAIT_MS = 1_000;
+
 /**
  * Wires a request-per-message node: `handle` runs for each message with a signal that aborts when the
  * node closes (redeploy); a failure ends the message through `fail` so Catch nodes see it, while a message
@@ -90,11 +93,10 @@ export function handleMessages<M extends NodeMessageInFlow>(
   node: Node,
   handle: (msg: M, send: SendFunction, signal: AbortSignal) => Promise<void>,
 ): void {
-  const running = new Set<AbortController>();
+  const running = new Map<AbortController, Promise<void>>();
   node.on('input', (msg, send, done) => {
     const controller = new AbortController();
-    running.add(controller);
-    handle(msg as M, send, controller.signal).then(
+    const settled = handle(msg as M, send, controller.signal).then(
       () => {
         running.delete(controller);
         done();
@@ -105,12 +107,23 @@ export function handleMessages<M extends NodeMessageInFlow>(
         else fail(node, done, error);
       },
     );
+    running.set(controller, settled);
   });
   node.on('close', (_removed: boolean, done: () => void) => {
-    for (const controller of running) controller.abort();
+    // Stop what is under way, and give it a moment to clean up after itself (a partial download's
+    // temporary file) before the node is reported closed; never longer than CLOSE_WAIT_MS.
+    const stopping = [...running.values()];
+    for (const controller of running.keys()) controller.abort();
     running.clear();
     node.status({});
-    done();
+    let timer: NodeJS.Timeout | undefined;
+    void Promise.race([
+      Promise.allSettled(stopping),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_WAIT_MS))),
+    ]).then(() => {
+      clearTimeout(timer);
+      done();
+    });
   });
 }
 
