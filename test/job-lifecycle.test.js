@@ -152,10 +152,12 @@ describe('job lifecycle on a self-hosted server', () => {
       const job = sandbox.jobs.submit(workflow(HANG), connection.clientId);
       const pending = tracker.track(job.id);
       await until(() => tracker.views()[0]?.phase === 'running', 'the job to run');
-      // After the first reconnect the status check answers "running" at once, but the answer is held back.
-      sandbox.faults.add({ path: `/api/jobs/${job.id}`, holdMs: 500 });
+      // After the first reconnect the status check (a queue read) answers "running" at once, but the answer
+      // is held back.
+      sandbox.counters.reset();
+      sandbox.faults.add({ method: 'GET', path: '/api/queue', holdMs: 500 });
       sandbox.events.dropSockets();
-      await until(() => sandbox.counters.matching(`/api/jobs/${job.id}`).length === 1, 'the first check');
+      await until(() => sandbox.counters.matching('/api/queue', 'GET').length === 1, 'the first check');
       await sleep(50);
       // The job ends with no event reaching us, and the socket drops and comes back again meanwhile.
       job.state = 'completed';
@@ -165,6 +167,28 @@ describe('job lifecycle on a self-hosted server', () => {
       const result = await Promise.race([pending, sleep(3000).then(() => 'still waiting')]);
       assert.equal(result?.status, 'completed');
     });
+  });
+
+  describe('status traffic grows with time, not with the number of jobs', () => {
+    it('2,000 jobs queued on a quiet socket for ten quiet periods cost a few queue reads, no per-job check', async () => {
+      const { sandbox, connection, tracker } = await setUp({
+        key: 'k-quiet',
+        trackerOptions: { quietCheckMs: 200, queueFreshMs: 100 },
+        sandboxOptions: { events: { autoRun: false, statusEvents: false } },
+      });
+      await connection.sockets().ready(5000);
+      const ids = Array.from({ length: 2000 }, () => sandbox.jobs.submit(workflow(), 'other-client').id);
+      sandbox.counters.reset();
+      const pending = ids.map((id) => tracker.track(id));
+      await sleep(2200);
+      const requests = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
+      const reads = requests.filter((seen) => seen.path === '/api/queue').length;
+      assert.equal(requests.length, reads, 'only queue reads');
+      assert.ok(reads >= 5 && reads <= 30, `${reads} queue reads for 2,000 jobs over 2.2 s`);
+      assert.equal(tracker.views().filter((job) => job.phase === 'pending').length, 2000);
+      tracker.close();
+      await Promise.all(pending);
+    }).timeout(30000);
   });
 
   describe('cancel means cancelled (nodes)', () => {

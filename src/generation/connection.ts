@@ -73,7 +73,7 @@ export interface CancelOutcome {
   notQueued: string[];
 }
 
-interface QueueIds {
+export interface QueueIds {
   running: Set<string>;
   pending: Set<string>;
 }
@@ -135,8 +135,8 @@ export class GenerationConnection {
     return body;
   }
 
-  /** The ids in the queue, or undefined when the queue cannot be read (the cancel goes ahead without). */
-  private async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
+  /** The ids in the queue, or undefined when the queue cannot be read (callers go on without it). */
+  async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
     try {
       const queue = await this.rest.queue(signal);
       const ids = (list: unknown) =>

@@ -15,7 +15,10 @@ import { isTerminal } from './status-words';
 import type { ConnectionState, SocketEvent, SocketUser } from './socket-manager';
 
 /** What a tracker uses of a config node's connection. */
-export type JobConnection = Pick<GenerationConnection, 'http' | 'lookup' | 'cancels' | 'cancel' | 'sockets'>;
+export type JobConnection = Pick<
+  GenerationConnection,
+  'http' | 'lookup' | 'cancels' | 'cancel' | 'queueIds' | 'sockets'
+>;
 
 export type JobEndStatus = 'completed' | 'failed' | 'cancelled' | 'timeout';
 
@@ -71,6 +74,11 @@ export interface JobTrackerOptions {
    * was awaited: a service may list a job a moment after its submit answered.
    */
   unknownGraceMs?: number;
+  /**
+   * A queue read answers for every check made this long after it: one request for thousands of waiting
+   * jobs. A reconnect or a queue change starts a new one.
+   */
+  queueFreshMs?: number;
   /** Something a node shows in its status changed (a job's phase, node, step; the queue; the socket). */
   onChange?: () => void;
   onQueueStatus?: SocketUser['onQueueStatus'];
@@ -130,11 +138,9 @@ class TrackedJob implements JobView {
   firstCheckTimer?: NodeJS.Timeout;
   gap = false;
   checking = false;
-  lastChecked = 0;
   pollDelay: number;
   pollTimer?: NodeJS.Timeout;
   timeoutTimer?: NodeJS.Timeout;
-  quietTimer?: NodeJS.Timeout;
   previewWindowStart = 0;
   previewsInWindow = 0;
   unsubscribe: (options?: { ended?: boolean }) => void = () => undefined;
@@ -161,6 +167,7 @@ export class JobTracker {
       | 'firstCheckMs'
       | 'lostConfirmMs'
       | 'unknownGraceMs'
+      | 'queueFreshMs'
     >
   > &
     JobTrackerOptions;
@@ -172,6 +179,12 @@ export class JobTracker {
   private closed = false;
   private sweepTimer?: NodeJS.Timeout;
   private lastSweep = 0;
+  /** Jobs still pending with no event yet, least recently swept first: what a queue change may concern. */
+  private readonly waiting = new Set<TrackedJob>();
+  /** One timer checks every quiet job, so their checks share one queue read. */
+  private quietTimer?: NodeJS.Timeout;
+  /** The latest queue read, shared by the checks made within QUEUE_FRESH_MS of it. */
+  private queueRead?: { at: number; ids: ReturnType<JobConnection['queueIds']> };
   queueRemaining?: number;
   connectionState: ConnectionState = 'idle';
 
@@ -187,6 +200,7 @@ export class JobTracker {
       firstCheckMs: 150,
       lostConfirmMs: 2_000,
       unknownGraceMs: 10_000,
+      queueFreshMs: 1_000,
       ...options,
     };
     // Each request in flight listens to the signal: up to CHECKS_AT_ONCE checks, and the outputs of jobs
@@ -229,7 +243,8 @@ export class JobTracker {
         void this.end(job, 'cancelled', {});
         return;
       }
-      this.armQuietCheck(job);
+      if (job.firstEventEpoch === undefined && job.phase === 'pending') this.waiting.add(job);
+      this.armQuietChecks();
       this.changed();
       // The job may have ended before it was awaited, with its events gone: ask once, unless its events
       // are arriving on an unbroken connection (then its end will come the same way).
@@ -248,6 +263,8 @@ export class JobTracker {
     this.closed = true;
     this.aborter.abort();
     clearTimeout(this.sweepTimer);
+    clearInterval(this.quietTimer);
+    this.quietTimer = undefined;
     this.stopListening?.();
     this.stopListening = undefined;
     for (const job of [...this.jobs]) this.release(job, false);
@@ -262,6 +279,8 @@ export class JobTracker {
     this.deregister = this.connection.sockets().register({
       onQueueStatus: (queue, data) => {
         this.queueRemaining = queue;
+        // The queue changed: the next check reads it anew.
+        this.queueRead = undefined;
         this.options.onQueueStatus?.(queue, data);
         this.scheduleSweep();
         this.changed();
@@ -274,6 +293,8 @@ export class JobTracker {
 
   private onConnectionState(state: ConnectionState, reconnected: boolean): void {
     this.connectionState = state;
+    // A queue read from before the reconnect may predate the jobs' ends.
+    if (reconnected) this.queueRead = undefined;
     if (state === 'open') {
       for (const job of this.jobs) {
         clearTimeout(job.pollTimer);
@@ -305,6 +326,7 @@ export class JobTracker {
     job.unknownSince = undefined;
     job.lastEvent = Date.now();
     job.firstEventEpoch ??= event.epoch;
+    this.waiting.delete(job);
     const { type, data } = event;
     if (job.startEpoch !== undefined && event.epoch !== job.startEpoch) job.gap = true;
     const terminal = TERMINAL_EVENTS[type];
@@ -394,6 +416,7 @@ export class JobTracker {
 
   private setPhase(job: TrackedJob, phase: 'pending' | 'running'): void {
     job.phase = phase;
+    if (phase === 'running') this.waiting.delete(job);
     job.lastChange = Date.now();
     this.changed();
   }
@@ -422,8 +445,12 @@ export class JobTracker {
   private async check(job: TrackedJob): Promise<void> {
     if (job.checking || job.ending) return;
     job.checking = true;
-    job.lastChecked = Date.now();
-    const answer = await this.checks.run(async () => (job.ending || this.closed ? undefined : this.ask(job)));
+    const answer = await this.checks.run(async () => {
+      if (job.ending || this.closed) return undefined;
+      // A job the queue lists is waiting or running: one queue read answers for all of them.
+      const queued = await this.queuedPhase(job.promptId);
+      return queued ? { phase: queued, word: queued } : this.ask(job);
+    });
     job.checking = false;
     if (job.ending || !this.jobs.has(job)) return;
     if (job.recheck) {
@@ -489,39 +516,66 @@ export class JobTracker {
     }, job.pollDelay);
   }
 
+  /** `pending` or `running` when a fresh enough queue read lists the job; undefined otherwise. */
+  private async queuedPhase(promptId: string): Promise<'pending' | 'running' | undefined> {
+    const now = Date.now();
+    if (!this.queueRead || now - this.queueRead.at >= this.options.queueFreshMs) {
+      const ids = this.connection.queueIds(this.aborter.signal).catch(() => undefined);
+      this.queueRead = { at: now, ids };
+    }
+    const ids = await this.queueRead.ids;
+    if (ids?.running.has(promptId)) return 'running';
+    if (ids?.pending.has(promptId)) return 'pending';
+    return undefined;
+  }
+
   /**
    * The queue changed: a job still waiting in it may have been deleted, which sends no job event. Check the
-   * waiting jobs checked longest ago, a few at a time and at most every 2 s.
+   * waiting jobs checked longest ago, a few at a time and at most every 2 s. Constant work per `status`
+   * event, however many jobs are followed.
    */
   private scheduleSweep(): void {
-    if (this.sweepTimer || this.closed) return;
-    const waiting = [...this.jobs].filter(
-      (job) => job.phase === 'pending' && job.firstEventEpoch === undefined,
-    );
-    if (waiting.length === 0) return;
+    if (this.sweepTimer || this.closed || this.waiting.size === 0) return;
     const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + SWEEP_INTERVAL_MS - Date.now());
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = undefined;
       this.lastSweep = Date.now();
-      const oldest = [...this.jobs]
-        .filter((job) => job.phase === 'pending' && job.firstEventEpoch === undefined && !job.ending)
-        .sort((a, b) => a.lastChecked - b.lastChecked)
-        .slice(0, SWEEP_JOBS);
-      for (const job of oldest) void this.check(job);
+      const oldest: TrackedJob[] = [];
+      for (const job of this.waiting) {
+        if (oldest.length >= SWEEP_JOBS) break;
+        oldest.push(job);
+      }
+      for (const job of oldest) {
+        // To the back of the line: the next sweep takes the next ones.
+        this.waiting.delete(job);
+        this.waiting.add(job);
+        void this.check(job);
+      }
     }, wait);
   }
 
-  /** A job silent for a long while with the socket up: its events may never come (another client's id). */
-  private armQuietCheck(job: TrackedJob): void {
-    job.quietTimer = setTimeout(() => {
-      job.quietTimer = undefined;
-      if (job.ending) return;
-      if (Date.now() - job.lastEvent >= this.options.quietCheckMs) {
-        job.lastEvent = Date.now();
-        void this.check(job);
-      }
-      this.armQuietCheck(job);
-    }, this.options.quietCheckMs);
+  /**
+   * Jobs silent for a long while with the socket up: their events may never come (another client's id).
+   * One timer for all of them, so the checks of a quiet minute share one queue read.
+   */
+  private armQuietChecks(): void {
+    if (this.quietTimer || this.closed) return;
+    this.quietTimer = setInterval(
+      () => {
+        if (this.jobs.size === 0) {
+          clearInterval(this.quietTimer);
+          this.quietTimer = undefined;
+          return;
+        }
+        const now = Date.now();
+        for (const job of this.jobs) {
+          if (job.ending || now - job.lastEvent < this.options.quietCheckMs) continue;
+          job.lastEvent = now;
+          void this.check(job);
+        }
+      },
+      Math.max(50, this.options.quietCheckMs / 4),
+    );
   }
 
   private timeout(job: TrackedJob): void {
@@ -593,10 +647,10 @@ export class JobTracker {
     job.ending = true;
     clearTimeout(job.timeoutTimer);
     clearTimeout(job.pollTimer);
-    clearTimeout(job.quietTimer);
     clearTimeout(job.firstCheckTimer);
     clearTimeout(job.recheckTimer);
-    job.timeoutTimer = job.pollTimer = job.quietTimer = job.firstCheckTimer = job.recheckTimer = undefined;
+    job.timeoutTimer = job.pollTimer = job.firstCheckTimer = job.recheckTimer = undefined;
+    this.waiting.delete(job);
     job.unsubscribe({ ended });
     this.jobs.delete(job);
     if (!ended) job.resolve(undefined);
