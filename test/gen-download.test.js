@@ -301,6 +301,25 @@ describe('graph-gen-download', () => {
     assert.equal(cloud.counters.count('/api/view'), 3);
   });
 
+  it('buffer mode: a chunked answer without Content-Length arrives whole too', async () => {
+    const { startRogueServer } = require('./support/rogue-server');
+    const rogue = await startRogueServer();
+    const bytes = crypto.randomBytes(300_000);
+    rogue.handle = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'image/png' });
+      for (let at = 0; at < bytes.length; at += 70_000) res.write(bytes.subarray(at, at + 70_000));
+      res.end();
+    };
+    try {
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), {});
+      const msg = await outputOf('n', { payload: fox });
+      assert.ok(msg.payload.equals(bytes));
+      assert.equal(msg.contentType, 'image/png');
+    } finally {
+      await rogue.close();
+    }
+  });
+
   it('refuses a payload that names no file', async () => {
     await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
     const failure = await failureOf('n', { payload: 'fox.png' });

@@ -77,7 +77,11 @@ export interface BufferedFile {
   contentType?: string;
 }
 
-/** Downloads a file whole into memory (buffer mode). */
+/**
+ * Downloads a file whole into memory (buffer mode). With a Content-Length the Buffer is allocated once at
+ * that size and filled as the bytes arrive, so memory peaks at the file's size, not twice it; without one
+ * (or with a wrong one) the chunks are joined at the end.
+ */
 export async function downloadToBuffer(
   rest: GenerationRestClient,
   ref: FileReference,
@@ -85,11 +89,29 @@ export async function downloadToBuffer(
 ): Promise<BufferedFile> {
   const file = await rest.openFile(ref, signal);
   try {
-    const payload = Buffer.from(await file.body.arrayBuffer());
-    return { payload, contentType: file.contentType };
+    return { payload: await readWhole(file.body, file.contentLength), contentType: file.contentType };
   } catch (error) {
     throw interrupted(ref, error);
   }
+}
+
+async function readWhole(body: AsyncIterable<Buffer>, length: number | undefined): Promise<Buffer> {
+  let whole = length !== undefined && length > 0 ? Buffer.allocUnsafe(length) : undefined;
+  let filled = 0;
+  const spill: Buffer[] = [];
+  for await (const chunk of body) {
+    if (whole && filled + chunk.length <= whole.length) {
+      chunk.copy(whole, filled);
+      filled += chunk.length;
+    } else {
+      // More than announced: keep what came, join at the end.
+      if (whole) spill.push(whole.subarray(0, filled));
+      whole = undefined;
+      spill.push(chunk);
+    }
+  }
+  if (whole) return filled === whole.length ? whole : whole.subarray(0, filled);
+  return Buffer.concat(spill);
 }
 
 /** A new file to write: `wx`, so it never takes over a file that is there. */
