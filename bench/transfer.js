@@ -250,9 +250,7 @@ async function main() {
       2,
     ),
   );
-  if (
-    verdicts.some((verdict) => Object.values(verdict).includes('NO'))
-  ) {
+  if (verdicts.some((verdict) => Object.values(verdict).includes('NO'))) {
     process.exitCode = 1;
   }
 }
