@@ -36,6 +36,11 @@ export interface GenerationEventsOptions {
   previews?: boolean;
   /** Send `status` events with the queue count when jobs start and end (default true). */
   statusEvents?: boolean;
+  /**
+   * Put the moment of sending into each `execution_success` as `sent_at` (ms since the epoch, sub-ms, from
+   * `performance.timeOrigin + performance.now()`): benchmarks measure from it to the result.
+   */
+  stampCompletion?: boolean;
 }
 
 export interface GenerationEvents {
@@ -141,7 +146,11 @@ export function mountGenerationEvents(
   };
 
   const emit = (job: SandboxJob, type: string, data: Record<string, unknown>) => {
-    const text = JSON.stringify({ type, data: { ...data, prompt_id: job.id } });
+    const stamp =
+      options.stampCompletion && type === 'execution_success'
+        ? { sent_at: performance.timeOrigin + performance.now() }
+        : {};
+    const text = JSON.stringify({ type, data: { ...data, ...stamp, prompt_id: job.id } });
     for (const peer of targets(job, type)) write(peer, text);
   };
 
