@@ -135,7 +135,6 @@ class TrackedJob implements JobView {
   startEpoch?: number;
   /** The connection that delivered this job's first event. */
   firstEventEpoch?: number;
-  firstCheckTimer?: NodeJS.Timeout;
   gap = false;
   checking = false;
   pollDelay: number;
@@ -183,7 +182,10 @@ export class JobTracker {
   private readonly waiting = new Set<TrackedJob>();
   /** One timer checks every quiet job, so their checks share one queue read. */
   private quietTimer?: NodeJS.Timeout;
-  /** The latest queue read, shared by the checks made within QUEUE_FRESH_MS of it. */
+  /** Jobs awaited since the last first-check round, and its timer. */
+  private readonly firstChecks = new Set<TrackedJob>();
+  private firstCheckTimer?: NodeJS.Timeout;
+  /** The latest queue read, shared by the checks made within `queueFreshMs` of it. */
   private queueRead?: { at: number; ids: ReturnType<JobConnection['queueIds']> };
   queueRemaining?: number;
   connectionState: ConnectionState = 'idle';
@@ -247,13 +249,10 @@ export class JobTracker {
       this.armQuietChecks();
       this.changed();
       // The job may have ended before it was awaited, with its events gone: ask once, unless its events
-      // are arriving on an unbroken connection (then its end will come the same way).
-      job.firstCheckTimer = setTimeout(() => {
-        job.firstCheckTimer = undefined;
-        const live =
-          job.firstEventEpoch !== undefined && job.firstEventEpoch === sockets.epoch && sockets.isOpen;
-        if (!live) void this.check(job);
-      }, this.options.firstCheckMs);
+      // are arriving on an unbroken connection (then its end will come the same way). One timer for all
+      // the jobs awaited in the same moment, so one queue read answers for them.
+      this.firstChecks.add(job);
+      this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.options.firstCheckMs);
       if (!sockets.isOpen) this.schedulePoll(job);
     });
   }
@@ -263,6 +262,7 @@ export class JobTracker {
     this.closed = true;
     this.aborter.abort();
     clearTimeout(this.sweepTimer);
+    clearTimeout(this.firstCheckTimer);
     clearInterval(this.quietTimer);
     this.quietTimer = undefined;
     this.stopListening?.();
@@ -300,14 +300,11 @@ export class JobTracker {
         clearTimeout(job.pollTimer);
         job.pollTimer = undefined;
         job.pollDelay = this.options.pollInitialMs;
-        if (reconnected) {
-          // Whatever happened while the socket was down is only known over REST; a check already under
-          // way may have asked before the job ended, so it does not count as this one.
-          job.gap = true;
-          if (job.checking) job.recheck = true;
-          else void this.check(job);
-        }
+        if (reconnected) job.gap = true;
       }
+      // Whatever happened while the socket was down is only known over REST; a check already under way
+      // may have asked before the job ended, so it does not count as this one.
+      if (reconnected) void this.checkMany([...this.jobs]);
     } else {
       for (const job of this.jobs) this.schedulePoll(job);
     }
@@ -516,14 +513,66 @@ export class JobTracker {
     }, job.pollDelay);
   }
 
-  /** `pending` or `running` when a fresh enough queue read lists the job; undefined otherwise. */
-  private async queuedPhase(promptId: string): Promise<'pending' | 'running' | undefined> {
+  /** The first check of the jobs awaited since the last round: the ones whose events are not arriving. */
+  private firstCheck(): void {
+    this.firstCheckTimer = undefined;
+    const sockets = this.connection.sockets();
+    const due = [...this.firstChecks].filter(
+      (job) =>
+        !(job.firstEventEpoch !== undefined && job.firstEventEpoch === sockets.epoch && sockets.isOpen),
+    );
+    this.firstChecks.clear();
+    void this.checkMany(due);
+  }
+
+  /**
+   * Checks many jobs at once: one queue read answers for every job it lists (constant work each, no
+   * request); only the jobs it does not list (ended, or unknown) are asked about one by one. A job whose
+   * check is under way is checked again after it, as its answer may be older than this round.
+   */
+  private async checkMany(jobs: TrackedJob[]): Promise<void> {
+    const due = jobs.filter((job) => {
+      if (job.ending) return false;
+      if (job.checking) job.recheck = true;
+      return !job.checking;
+    });
+    if (due.length === 0 || this.closed) return;
+    for (const job of due) job.checking = true;
+    const ids = await this.readQueue();
+    const alone: TrackedJob[] = [];
+    for (const job of due) {
+      job.checking = false;
+      if (job.ending || !this.jobs.has(job)) continue;
+      const queued = ids?.running.has(job.promptId)
+        ? 'running'
+        : ids?.pending.has(job.promptId)
+          ? 'pending'
+          : undefined;
+      if (!queued || job.recheck) {
+        job.recheck = false;
+        alone.push(job);
+        continue;
+      }
+      job.known = true;
+      job.unknownSince = undefined;
+      if (queued !== job.phase) this.setPhase(job, queued);
+    }
+    for (const job of alone) void this.check(job);
+  }
+
+  /** The queue, read at most once per `queueFreshMs` (a reconnect or a queue change starts a new read). */
+  private readQueue(): ReturnType<JobConnection['queueIds']> {
     const now = Date.now();
     if (!this.queueRead || now - this.queueRead.at >= this.options.queueFreshMs) {
       const ids = this.connection.queueIds(this.aborter.signal).catch(() => undefined);
       this.queueRead = { at: now, ids };
     }
-    const ids = await this.queueRead.ids;
+    return this.queueRead.ids;
+  }
+
+  /** `pending` or `running` when a fresh enough queue read lists the job; undefined otherwise. */
+  private async queuedPhase(promptId: string): Promise<'pending' | 'running' | undefined> {
+    const ids = await this.readQueue();
     if (ids?.running.has(promptId)) return 'running';
     if (ids?.pending.has(promptId)) return 'pending';
     return undefined;
@@ -549,8 +598,8 @@ export class JobTracker {
         // To the back of the line: the next sweep takes the next ones.
         this.waiting.delete(job);
         this.waiting.add(job);
-        void this.check(job);
       }
+      void this.checkMany(oldest);
     }, wait);
   }
 
@@ -568,11 +617,13 @@ export class JobTracker {
           return;
         }
         const now = Date.now();
+        const quiet: TrackedJob[] = [];
         for (const job of this.jobs) {
           if (job.ending || now - job.lastEvent < this.options.quietCheckMs) continue;
           job.lastEvent = now;
-          void this.check(job);
+          quiet.push(job);
         }
+        void this.checkMany(quiet);
       },
       Math.max(50, this.options.quietCheckMs / 4),
     );
@@ -647,10 +698,10 @@ export class JobTracker {
     job.ending = true;
     clearTimeout(job.timeoutTimer);
     clearTimeout(job.pollTimer);
-    clearTimeout(job.firstCheckTimer);
     clearTimeout(job.recheckTimer);
-    job.timeoutTimer = job.pollTimer = job.firstCheckTimer = job.recheckTimer = undefined;
+    job.timeoutTimer = job.pollTimer = job.recheckTimer = undefined;
     this.waiting.delete(job);
+    this.firstChecks.delete(job);
     job.unsubscribe({ ended });
     this.jobs.delete(job);
     if (!ended) job.resolve(undefined);

@@ -413,13 +413,15 @@ export class GenerationRestClient {
         { body: this.http.redact(JSON.stringify(body)?.slice(0, 300)) },
       );
     }
+    // The answer was already cleaned of this client's keys (HttpClient.json redacts an answer that holds
+    // one); what is left are other clients' keys in the entries' extra_data.
     const clean: QueueState = { ...body };
     for (const list of lists) {
       const entries = body[list];
       if (Array.isArray(entries))
         clean[list] = entries.map((entry) => withoutKeys(entry, this.partnerKeyField));
     }
-    return this.http.redact(clean);
+    return clean;
   }
 
   /**
