@@ -8,8 +8,16 @@ const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { GenerationConnection } = require('../dist/generation/connection');
 const { JobTracker } = require('../dist/generation/job-tracker');
-const { SocketManager } = require('../dist/generation/socket-manager');
-const { KEY, workflow, sleep, until, fileNames, awaitFlow, collect } = require('./socket-support');
+const {
+  KEY,
+  workflow,
+  sleep,
+  until,
+  fileNames,
+  awaitFlow,
+  collect,
+  withFastSockets,
+} = require('./socket-support');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
@@ -19,19 +27,8 @@ const { coreNode } = require('./support/node-red');
 const HANG = { 9: { class_type: 'SandboxHang', inputs: {} } };
 
 describe('job lifecycle on a self-hosted server', () => {
-  const open = [];
-  let savedTimings;
-
-  before(() => {
-    savedTimings = SocketManager.defaultTimings;
-    SocketManager.defaultTimings = { ...savedTimings, backoffBaseMs: 20, backoffMaxMs: 300, graceMs: 50 };
-  });
-  after(() => {
-    SocketManager.defaultTimings = savedTimings;
-  });
-  afterEach(async () => {
-    for (const item of open.splice(0).reverse()) await item.close();
-  });
+  // Fast reconnects for these tests; what a test opens is closed after it, last first.
+  const open = withFastSockets();
 
   async function setUp({ key, trackerOptions, sandboxOptions } = {}) {
     const sandbox = await startSandbox({

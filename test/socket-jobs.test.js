@@ -5,25 +5,13 @@ const assert = require('node:assert/strict');
 const { startSandbox } = require('../dist/sandbox');
 const { GenerationConnection } = require('../dist/generation/connection');
 const { JobTracker } = require('../dist/generation/job-tracker');
-const { SocketManager } = require('../dist/generation/socket-manager');
-const { KEY, workflow, sleep, until, fileNames } = require('./socket-support');
+const { KEY, workflow, sleep, until, fileNames, withFastSockets } = require('./socket-support');
 
 const fastPolls = { pollInitialMs: 50, pollMaxMs: 200, queueFreshMs: 0 };
 
 describe('job tracking against the sandbox', () => {
-  const open = [];
-  let savedTimings;
-
-  before(() => {
-    savedTimings = SocketManager.defaultTimings;
-    SocketManager.defaultTimings = { ...savedTimings, backoffBaseMs: 20, backoffMaxMs: 300, graceMs: 50 };
-  });
-  after(() => {
-    SocketManager.defaultTimings = savedTimings;
-  });
-  afterEach(async () => {
-    for (const item of open.splice(0).reverse()) await item.close();
-  });
+  // Fast reconnects for these tests; what a test opens is closed after it, last first.
+  const open = withFastSockets();
 
   async function setUp(sandboxOptions = {}, key = KEY) {
     const apiKey = key ?? undefined;

@@ -88,4 +88,36 @@ function collect(id) {
   };
 }
 
-module.exports = { KEY, workflow, sleep, until, fileNames, coreNode, awaitFlow, collect, statuses };
+/**
+ * Inside a describe: the socket manager reconnects fast for its tests (restored after), and the returned
+ * list's items (anything with `close()`) are closed after each test, last first.
+ */
+function withFastSockets() {
+  const { SocketManager } = require('../dist/generation/socket-manager');
+  const open = [];
+  let saved;
+  before(() => {
+    saved = SocketManager.defaultTimings;
+    SocketManager.defaultTimings = { ...saved, backoffBaseMs: 20, backoffMaxMs: 300, graceMs: 50 };
+  });
+  after(() => {
+    SocketManager.defaultTimings = saved;
+  });
+  afterEach(async () => {
+    for (const item of open.splice(0).reverse()) await item.close();
+  });
+  return open;
+}
+
+module.exports = {
+  KEY,
+  workflow,
+  sleep,
+  until,
+  fileNames,
+  coreNode,
+  awaitFlow,
+  collect,
+  statuses,
+  withFastSockets,
+};
