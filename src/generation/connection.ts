@@ -7,7 +7,7 @@ import { HttpClient } from '../http/client';
 import { invalidInput } from '../http/errors';
 import { CancelRegistry } from './cancels';
 import { JobLookup } from './job-status';
-import { GenerationRestClient, promptIdOfQueueElement } from './rest-client';
+import { GenerationRestClient, promptIdsOf } from './rest-client';
 import { SocketManager } from './socket-manager';
 
 export interface GenerationSettings {
@@ -78,6 +78,13 @@ export interface QueueIds {
   pending: Set<string>;
 }
 
+/** Where a queue read puts the job: `running`, `pending`, or undefined when it does not list it. */
+export function phaseInQueue(ids: QueueIds | undefined, promptId: string): 'running' | 'pending' | undefined {
+  if (ids?.running.has(promptId)) return 'running';
+  if (ids?.pending.has(promptId)) return 'pending';
+  return undefined;
+}
+
 export class GenerationConnection {
   /** Sent as the socket's clientId and as client_id on submit: self-hosted servers route events by it. */
   readonly clientId = randomUUID();
@@ -139,13 +146,10 @@ export class GenerationConnection {
   async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
     try {
       const queue = await this.rest.queue(signal);
-      const ids = (list: unknown) =>
-        new Set(
-          (Array.isArray(list) ? list : [])
-            .map(promptIdOfQueueElement)
-            .filter((id): id is string => id !== undefined),
-        );
-      return { running: ids(queue.queue_running), pending: ids(queue.queue_pending) };
+      return {
+        running: new Set(promptIdsOf(queue.queue_running)),
+        pending: new Set(promptIdsOf(queue.queue_pending)),
+      };
     } catch (error) {
       if (signal?.aborted) throw error;
       return undefined;

@@ -7,7 +7,7 @@
 import type { HttpClient } from '../http/client';
 import { ServiceError } from '../http/errors';
 import { setOwn, type JobOutputs } from './job-outputs';
-import { promptIdOfQueueElement } from './rest-client';
+import { promptIdsOf } from './rest-client';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
 
 export interface ExecutionError {
@@ -227,8 +227,7 @@ export class JobLookup {
   private async queuePhase(promptId: string, signal?: AbortSignal): Promise<JobPhase | undefined> {
     const queue = await this.get('queue', '/api/queue', signal);
     if (queue.kind !== 'body' || !isRecord(queue.body)) return undefined;
-    const has = (list: unknown) =>
-      Array.isArray(list) && list.some((element) => promptIdOfQueueElement(element) === promptId);
+    const has = (list: unknown) => promptIdsOf(list).includes(promptId);
     if (has(queue.body.queue_running)) return 'running';
     if (has(queue.body.queue_pending)) return 'pending';
     return undefined;

@@ -4,11 +4,11 @@
  * while the socket is down, and the outputs fetched over REST when events may have been missed. One tracker
  * per await-job node; it follows any number of jobs at once. No Node-RED inside.
  */
+import { setMaxListeners } from 'node:events';
 import type { CancelKind } from './cancels';
-import type { GenerationConnection } from './connection';
+import { phaseInQueue, type GenerationConnection } from './connection';
 import type { ImageType, PreviewMetadata } from './frames';
 import { filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
-import { setMaxListeners } from 'node:events';
 import { executionError, type ExecutionError, type StatusAnswer } from './job-status';
 import { Limiter } from './limiter';
 import { isTerminal } from './status-words';
@@ -445,7 +445,7 @@ export class JobTracker {
     const answer = await this.checks.run(async () => {
       if (job.ending || this.closed) return undefined;
       // A job the queue lists is waiting or running: one queue read answers for all of them.
-      const queued = await this.queuedPhase(job.promptId);
+      const queued = phaseInQueue(await this.readQueue(), job.promptId);
       return queued ? { phase: queued, word: queued } : this.ask(job);
     });
     job.checking = false;
@@ -543,11 +543,7 @@ export class JobTracker {
     for (const job of due) {
       job.checking = false;
       if (job.ending || !this.jobs.has(job)) continue;
-      const queued = ids?.running.has(job.promptId)
-        ? 'running'
-        : ids?.pending.has(job.promptId)
-          ? 'pending'
-          : undefined;
+      const queued = phaseInQueue(ids, job.promptId);
       if (!queued || job.recheck) {
         job.recheck = false;
         alone.push(job);
@@ -568,14 +564,6 @@ export class JobTracker {
       this.queueRead = { at: now, ids };
     }
     return this.queueRead.ids;
-  }
-
-  /** `pending` or `running` when a fresh enough queue read lists the job; undefined otherwise. */
-  private async queuedPhase(promptId: string): Promise<'pending' | 'running' | undefined> {
-    const ids = await this.readQueue();
-    if (ids?.running.has(promptId)) return 'running';
-    if (ids?.pending.has(promptId)) return 'pending';
-    return undefined;
   }
 
   /**

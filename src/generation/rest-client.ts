@@ -100,6 +100,13 @@ export function promptIdOfQueueElement(element: unknown): string | undefined {
   return undefined;
 }
 
+/** The prompt ids of a queue list (`queue_running` or `queue_pending`), in order; [] for anything else. */
+export function promptIdsOf(list: unknown): string[] {
+  return Array.isArray(list)
+    ? list.map(promptIdOfQueueElement).filter((id): id is string => id !== undefined)
+    : [];
+}
+
 /** extra_data fields that carry keys, whatever a deployment calls its partner key field. */
 const KEY_FIELDS = ['api_key_comfy_org', 'api_key_service_org'];
 const KEY_LIKE = /key|token|secret|password|auth/i;

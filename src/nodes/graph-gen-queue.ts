@@ -5,7 +5,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { promptIdOfQueueElement } from '../generation/rest-client';
+import { promptIdsOf } from '../generation/rest-client';
 import { handleMessages, generationConnection, statusOk } from './node-helpers';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
@@ -41,12 +41,6 @@ function idsToCancel(msg: QueueMessage): string[] {
   return ids as string[];
 }
 
-function idsOf(list: unknown): string[] {
-  return Array.isArray(list)
-    ? list.map(promptIdOfQueueElement).filter((id): id is string => id !== undefined)
-    : [];
-}
-
 export = function (RED: NodeAPI) {
   function GraphGenQueue(this: Node, def: QueueDef) {
     RED.nodes.createNode(this, def);
@@ -62,8 +56,8 @@ export = function (RED: NodeAPI) {
       if (action === 'list') {
         const queue = await connection.rest.queue(signal);
         msg.payload = queue;
-        msg.running = idsOf(queue.queue_running);
-        msg.pending = idsOf(queue.queue_pending);
+        msg.running = promptIdsOf(queue.queue_running);
+        msg.pending = promptIdsOf(queue.queue_pending);
         node.status(statusOk(`${msg.running.length} running, ${msg.pending.length} queued`));
       } else if (action === 'cancel') {
         const outcome = await connection.cancel(idsToCancel(msg), signal);
