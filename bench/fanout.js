@@ -20,9 +20,11 @@ const v8 = require('node:v8');
 const vm = require('node:vm');
 
 const KEY = 'bench-key-2b7d';
-const SIZES = (process.argv[2] && process.argv[2] !== '--sandbox' ? process.argv[2] : '1000,5000,10000')
-  .split(',')
-  .map(Number);
+const ARGS = process.argv.slice(2);
+const SIZES = (ARGS.find((arg) => /^\d[\d,]*$/.test(arg)) ?? '1000,5000,10000').split(',').map(Number);
+/** --node-red: also through the nodes in a real Node-RED; --progress: its await-job sends progress msgs too. */
+const NODE_RED = ARGS.includes('--node-red');
+const PROGRESS = ARGS.includes('--progress');
 const ROUNDS = 3;
 const SUBMITS_AT_ONCE = 64;
 /** Three nodes, 14 sampler steps: 2 + 3 executing + 14 x (progress, progress_state, preview) + executed + success + executing null = 50. */
@@ -35,7 +37,7 @@ const WORKFLOW = {
 /** Now on the machine's clock, in ms with sub-ms precision: comparable across processes. */
 const clock = () => performance.timeOrigin + performance.now();
 
-if (process.argv[2] === '--sandbox') {
+if (ARGS[0] === '--sandbox') {
   runSandbox();
 } else {
   main().catch((error) => {
@@ -66,13 +68,28 @@ async function runSandbox() {
       const api = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
       reply({
         socketsOpened: sandbox.counters.socketsOpened,
+        socketsNow: sandbox.events.sockets,
         submits: api.filter((seen) => seen.path === '/api/prompt').length,
         otherRequests: api.filter((seen) => seen.path !== '/api/prompt').length,
       });
+    } else if (message.cmd === 'runPending') {
+      const ids = sandbox.jobs.pending().map((job) => job.id);
+      for (const id of ids) sandbox.events.run(id);
+      reply({ count: ids.length });
+    } else if (message.cmd === 'stamps') {
+      reply({ stamps: Object.fromEntries(sandbox.events.completionsSent) });
     } else if (message.cmd === 'reset') {
       sandbox.counters.reset();
       sandbox.jobs.jobs.clear();
-      reply({});
+      sandbox.events.completionsSent.clear();
+      // The next side starts once the last one's socket is gone: this cloud-like sandbox sends every event
+      // to every socket with the key.
+      const started = Date.now();
+      const settled = () => {
+        if (sandbox.events.sockets === 0 || Date.now() - started > 5000) reply({});
+        else setTimeout(settled, 20);
+      };
+      settled();
     } else if (message.cmd === 'close') {
       sandbox.close().then(() => {
         reply({});
@@ -299,85 +316,151 @@ async function heapPerJob(child, jobs) {
 async function main() {
   const child = startChild();
   await child.ready;
-  // Warm-up of both paths (JIT, pools), not measured.
-  await runBaseline(child, 200);
-  await runOurs(child, 200);
-  await child.call('reset');
+  const flow = NODE_RED
+    ? await require('./fanout-node-red').startFlowBench({
+        serviceUrl: child.url,
+        key: KEY,
+        workflow: WORKFLOW,
+        progress: PROGRESS,
+      })
+    : undefined;
+  const sides = {
+    baseline: (jobs) => runBaseline(child, jobs),
+    ours: (jobs) => runOurs(child, jobs),
+    ...(flow ? { nodeRed: (jobs) => flow.run(child.call, jobs) } : {}),
+  };
+  // Warm-up of every path (JIT, pools), not measured.
+  for (const run of Object.values(sides)) {
+    await run(200);
+    await child.call('reset');
+  }
 
   const report = [];
   for (const jobs of SIZES) {
-    const baselines = [];
-    const oursRuns = [];
-    let socketsOpened = 0;
+    const runs = Object.fromEntries(Object.keys(sides).map((side) => [side, []]));
     for (let round = 0; round < ROUNDS; round++) {
-      const order = round % 2 === 0 ? ['baseline', 'ours'] : ['ours', 'baseline'];
+      // The order turns each round, so no side always runs first (or after the same one).
+      const names = Object.keys(sides);
+      const order = names.map((_, i) => names[(i + round) % names.length]);
       for (const side of order) {
-        if (side === 'baseline') baselines.push(await runBaseline(child, jobs));
-        else {
-          oursRuns.push(await runOurs(child, jobs));
-          socketsOpened = Math.max(socketsOpened, oursRuns.at(-1).socketsOpened);
-        }
+        runs[side].push(await sides[side](jobs));
         await child.call('reset');
       }
     }
-    const summary = (runs) => ({
-      timeMs: median(runs.map((run) => run.timeMs)),
-      cpuMs: median(runs.map((run) => run.cpuMs)),
-      p50: median(runs.map((run) => percentile(run.latencies, 50))),
-      p99: median(runs.map((run) => percentile(run.latencies, 99))),
-      restPerJob: median(runs.map((run) => run.restPerJob)),
-      frames: runs[0].frames,
+    const summary = (list) =>
+      list && {
+        timeMs: median(list.map((run) => run.timeMs)),
+        cpuMs: median(list.map((run) => run.cpuMs)),
+        p50: median(list.map((run) => percentile(run.latencies, 50))),
+        p99: median(list.map((run) => percentile(run.latencies, 99))),
+        restPerJob: median(list.map((run) => run.restPerJob)),
+        completed: Math.min(...list.map((run) => run.completed ?? jobs)),
+        socketsOpened: Math.max(...list.map((run) => run.socketsOpened ?? 1)),
+        frames: list[0].frames,
+        progressMsgs: list[0].progressMsgs,
+      };
+    report.push({
+      jobs,
+      baseline: summary(runs.baseline),
+      ours: summary(runs.ours),
+      nodeRed: summary(runs.nodeRed),
     });
-    const baseline = summary(baselines);
-    const ours = summary(oursRuns);
-    const completed = Math.min(...oursRuns.map((run) => run.completed));
-    report.push({ jobs, baseline, ours, completed, socketsOpened });
   }
   const heapJobs = SIZES.at(-1);
   const heap = await heapPerJob(child, heapJobs);
+  if (flow) await flow.close();
   await child.call('close');
 
+  const ratio = (value, base) => `x${(value / base).toFixed(2)}`;
   const rows = [];
-  for (const { jobs, baseline, ours, completed, socketsOpened } of report) {
+  for (const { jobs, baseline, ours, nodeRed } of report) {
+    const cells = (pick, format) => [
+      format(pick(baseline)),
+      format(pick(ours)),
+      nodeRed ? format(pick(nodeRed)) : '',
+    ];
+    const ratios = (pick, target) =>
+      [ratio(pick(ours), pick(baseline)), nodeRed ? ratio(pick(nodeRed), pick(baseline)) : '', target]
+        .filter(Boolean)
+        .join(' / ');
     rows.push(
-      [`${jobs} jobs: completed`, jobs, completed, `${(ours.frames / jobs).toFixed(1)} frames a job`],
+      [
+        `${jobs} jobs: completed`,
+        jobs,
+        ours.completed,
+        nodeRed ? nodeRed.completed : '',
+        `${(ours.frames / jobs).toFixed(1)} frames a job`,
+      ],
       [
         '  completion->result p50 (ms)',
-        baseline.p50.toFixed(2),
-        ours.p50.toFixed(2),
-        `x${(ours.p50 / baseline.p50).toFixed(2)}`,
+        ...cells(
+          (side) => side.p50,
+          (v) => v.toFixed(2),
+        ),
+        ratios((side) => side.p50, ''),
       ],
       [
         '  completion->result p99 (ms)',
-        baseline.p99.toFixed(2),
-        ours.p99.toFixed(2),
-        `x${(ours.p99 / baseline.p99).toFixed(2)} (target <= 1.5)`,
+        ...cells(
+          (side) => side.p99,
+          (v) => v.toFixed(2),
+        ),
+        ratios((side) => side.p99, 'target: classes <= x1.5, Node-RED < 50 ms'),
       ],
       [
         '  wall time (ms)',
-        baseline.timeMs.toFixed(0),
-        ours.timeMs.toFixed(0),
-        `x${(ours.timeMs / baseline.timeMs).toFixed(2)}`,
+        ...cells(
+          (side) => side.timeMs,
+          (v) => v.toFixed(0),
+        ),
+        ratios((side) => side.timeMs, ''),
       ],
       [
         '  client CPU (ms)',
-        baseline.cpuMs.toFixed(0),
-        ours.cpuMs.toFixed(0),
-        `x${(ours.cpuMs / baseline.cpuMs).toFixed(2)} (target <= 1.2)`,
+        ...cells(
+          (side) => side.cpuMs,
+          (v) => v.toFixed(0),
+        ),
+        ratios((side) => side.cpuMs, 'target <= x1.2'),
       ],
-      ['  REST requests per job (besides submit)', 0, ours.restPerJob.toFixed(3), ''],
-      ['  sockets opened', 1, socketsOpened, 'must be 1'],
+      [
+        '  REST requests per job (besides submit)',
+        ...cells(
+          (side) => side.restPerJob,
+          (v) => v.toFixed(3),
+        ),
+        '',
+      ],
+      ['  sockets open', ...cells((side) => side.socketsOpened, String), 'must be 1'],
     );
+    if (nodeRed?.progressMsgs)
+      rows.push(['  progress msgs per job', '', '', (nodeRed.progressMsgs / jobs).toFixed(1), '']);
   }
-  rows.push([`heap per awaited job (B), ${heapJobs} jobs`, '-', heap.toFixed(0), 'target < 2048']);
-  const widths = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => String(r[i]).length), 10));
-  const line = (r) => r.map((cell, i) => String(cell).padEnd(widths[i])).join('  ');
-  console.log(line(['fanout (medians of 3 rounds)', 'bare client', 'graph-gen', 'ratio / target']));
+  rows.push([`heap per awaited job (B), ${heapJobs} jobs`, '-', heap.toFixed(0), '', 'target < 2048']);
+  const header = [
+    'fanout (medians of 3 rounds)',
+    'bare client',
+    'classes',
+    NODE_RED ? 'Node-RED' : '',
+    'ratios to bare',
+  ];
+  const widths = header.map((_, i) => Math.max(...[header, ...rows].map((r) => String(r[i]).length)));
+  const line = (r) =>
+    r
+      .map((cell, i) => String(cell).padEnd(widths[i]))
+      .join('  ')
+      .trimEnd();
+  console.log(line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const row of rows) console.log(line(row));
+  if (PROGRESS) console.log('(Node-RED: await-job with progress msgs on output 3, previews at 2 a second)');
   fs.mkdirSync(path.join(__dirname, 'results'), { recursive: true });
   fs.writeFileSync(
-    path.join(__dirname, 'results', 'fanout.json'),
+    path.join(
+      __dirname,
+      'results',
+      `fanout${NODE_RED ? '-node-red' : ''}${PROGRESS ? '-progress' : ''}.json`,
+    ),
     `${JSON.stringify({ date: new Date().toISOString(), node: process.version, report, heapPerJobBytes: heap }, null, 2)}\n`,
   );
 }

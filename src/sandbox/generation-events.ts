@@ -48,6 +48,9 @@ export interface GenerationEvents {
   options: GenerationEventsOptions;
   /** Frames sent so far, to all sockets. */
   readonly framesSent: number;
+  /** With `stampCompletion`: prompt id -> the `sent_at` of its execution_success (for benchmarks whose
+   * client cannot see the frame, such as a flow in Node-RED). */
+  readonly completionsSent: Map<string, number>;
   /** Connected sockets. */
   readonly sockets: number;
   /** Sends a text event to every socket (e.g. `status`, `notification`). */
@@ -122,6 +125,7 @@ export function mountGenerationEvents(
   const runningIds = new Set<string>();
   let runningCount = 0;
   let framesSent = 0;
+  const completionsSent = new Map<string, number>();
   let dropAt: number | undefined;
   let closed = false;
 
@@ -146,10 +150,12 @@ export function mountGenerationEvents(
   };
 
   const emit = (job: SandboxJob, type: string, data: Record<string, unknown>) => {
-    const stamp =
-      options.stampCompletion && type === 'execution_success'
-        ? { sent_at: performance.timeOrigin + performance.now() }
-        : {};
+    let stamp = {};
+    if (options.stampCompletion && type === 'execution_success') {
+      const sentAt = performance.timeOrigin + performance.now();
+      completionsSent.set(job.id, sentAt);
+      stamp = { sent_at: sentAt };
+    }
     const text = JSON.stringify({ type, data: { ...data, ...stamp, prompt_id: job.id } });
     for (const peer of targets(job, type)) write(peer, text);
   };
@@ -411,6 +417,7 @@ export function mountGenerationEvents(
     get framesSent() {
       return framesSent;
     },
+    completionsSent,
     get sockets() {
       return peers.size;
     },
