@@ -74,17 +74,16 @@ export = function (RED: NodeAPI): void {
     function currentStatus(): NodeStatus {
       if (!tracker) return statusFailed(noConfig);
       if (tracker.connectionState === 'unauthorized') return statusFailed(text('status.unauthorized'));
-      const jobs = tracker.views();
-      if (jobs.length === 0) return lastOutcome;
-      const running = jobs.filter((job) => job.phase === 'running');
-      if (running.length > 0) {
-        const latest = running.reduce((a, b) => (b.lastChange > a.lastChange ? b : a));
+      const summary = tracker.summary();
+      if (summary.jobs === 0) return lastOutcome;
+      const latest = summary.latestRunning;
+      if (latest) {
         const step = latest.step ? ` ${latest.step.value}/${latest.step.max}` : '';
         const label = `${text('status.running')} ${latest.node ?? ''}${step}`;
         return statusOk(label.replace(/\s+/g, ' ').trim());
       }
       if (tracker.connectionState === 'down') return statusWaiting(text('status.reconnecting'));
-      const queued = tracker.queueRemaining ?? jobs.length;
+      const queued = tracker.queueRemaining ?? summary.jobs;
       return statusWaiting(`${text('status.queued')} ${queued}`);
     }
 
