@@ -294,3 +294,38 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     assert.match(unreachable.body.message, /could not be reached/);
   });
 });
+
+describe('DefinitionsCache', () => {
+  const { DefinitionsCache } = require('../dist/generation/definitions-cache');
+
+  it('reads again after its time, keeps at most its number of servers, and keeps no failed read', async () => {
+    const reads = [];
+    let fail = false;
+    const cache = new DefinitionsCache(
+      async (source) => {
+        reads.push(source.baseUrl);
+        if (fail) throw new Error('down');
+        return { Node: { input: {} } };
+      },
+      60,
+      2,
+    );
+    const source = (n) => ({ configId: 'c', baseUrl: `http://127.0.0.1:${n}`, apiKey: 'k' });
+    await cache.get(source(1));
+    await cache.get(source(1));
+    assert.equal(reads.length, 1);
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    await cache.get(source(1));
+    assert.equal(reads.length, 2, 'an entry older than its time was answered');
+    // Another key is another entry; a third server pushes out the least recently used.
+    await cache.get({ ...source(1), apiKey: 'other' });
+    assert.equal(reads.length, 3);
+    await cache.get(source(2));
+    await cache.get(source(1));
+    assert.equal(reads.length, 5, 'the least recently used server was kept');
+    fail = true;
+    await assert.rejects(cache.get(source(3)), /down/);
+    await assert.rejects(cache.get(source(3)), /down/);
+    assert.equal(reads.length, 7, 'a failed read was kept');
+  });
+});
