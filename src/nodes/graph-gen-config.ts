@@ -4,7 +4,7 @@
  * "test connection" button.
  */
 import type { Node, NodeAPI, NodeDef } from 'node-red';
-import type { Request, Response } from 'express';
+import type { NextFunction, Request, Response } from 'express';
 import {
   DEFAULT_PARTNER_KEY_FIELD,
   GENERATION_LIMITS,
@@ -12,6 +12,9 @@ import {
   type GenerationLimits,
 } from '../generation/connection';
 import { checkConnection } from '../generation/connection-check';
+import { DefinitionsCache, editorDefinitionsOf, type NodeDefinitions } from '../generation/definitions-cache';
+import { convertUiWorkflow, isUiWorkflow } from '../generation/ui-workflow';
+import { invalidInput, redact } from '../http/errors';
 import { asServiceError, connectionTestTarget } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
@@ -81,6 +84,8 @@ function graphGenConfig(RED: NodeAPI): void {
     },
   );
 
+  registerDialogEndpoints(RED);
+
   RED.httpAdmin.post(
     '/graph-gen/graph-gen-config/test',
     RED.auth.needsPermission('graph-gen-config.write'),
@@ -98,6 +103,112 @@ function graphGenConfig(RED: NodeAPI): void {
       );
     },
   );
+}
+
+/** What the submit dialog sends: the config node's id and its settings as the editor holds them. */
+interface DialogRequest {
+  id?: string;
+  baseUrl?: string;
+  /** Typed in this editor session; absent (or Node-RED's placeholder) = the stored key of a deployed node. */
+  apiKey?: string;
+  refresh?: boolean;
+  workflow?: unknown;
+}
+
+/** What an editor's field holds, as text ('' for nothing), the way connectionTestTarget compares settings. */
+function fieldText(value: unknown): string {
+  return value === undefined || value === null ? '' : String(value);
+}
+
+/**
+ * Whether a dialog asks about a deployed config node exactly as it was saved, with no key of its own: then
+ * it only reads what the deployed node may read anyway. Anything else (a typed key, a typed address) tells
+ * Node-RED to send a key to an address, which asks for the right to change config nodes.
+ */
+function asDeployed(RED: NodeAPI, body: DialogRequest): boolean {
+  if (typeof body.id !== 'string' || !body.id) return false;
+  if (typeof body.apiKey === 'string' && body.apiKey !== '__PWRD__') return false;
+  let same = false;
+  RED.nodes.eachNode((config) => {
+    const saved = config as unknown as { id: string; type: string; baseUrl?: unknown };
+    if (saved.id === body.id && saved.type === 'graph-gen-config')
+      same = fieldText(saved.baseUrl) === fieldText(body.baseUrl);
+  });
+  return same;
+}
+
+/**
+ * The submit dialog's endpoints: the server's node definitions (for the form) and the conversion of a
+ * UI-format workflow (with those definitions). Reading a deployed node as saved needs
+ * `graph-gen-config.read`; typed settings or a typed key need `graph-gen-config.write`, as "test connection"
+ * does. The key never goes back: answers carry definitions, a workflow or a sentence.
+ */
+function registerDialogEndpoints(RED: NodeAPI): void {
+  const cache = new DefinitionsCache();
+  const readOrWrite = (req: Request, res: Response, next: NextFunction) => {
+    const permission = asDeployed(RED, (req.body ?? {}) as DialogRequest) ? 'read' : 'write';
+    RED.auth.needsPermission(`graph-gen-config.${permission}`)(req, res, next);
+  };
+
+  /** The definitions the dialog's settings name, and the key they were read with (to keep it out of answers). */
+  async function definitionsFor(
+    body: DialogRequest,
+  ): Promise<{ definitions: NodeDefinitions; key?: string }> {
+    const target = connectionTestTarget<{ baseUrl: string }>(RED, 'graph-gen-config', ['baseUrl'], body);
+    if (target.refusal) throw invalidInput(target.refusal);
+    const baseUrl = fieldText(target.settings.baseUrl).trim();
+    if (!baseUrl) throw invalidInput('The config node has no base address: set it first.');
+    const deployed = asDeployed(RED, body)
+      ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
+      : null;
+    const definitions = await cache.get(
+      {
+        configId: typeof body.id === 'string' ? body.id : '',
+        baseUrl,
+        apiKey: target.key,
+        maxBytes: deployed?.connection?.limits.listBytes,
+      },
+      body.refresh === true,
+    );
+    return { definitions, key: target.key };
+  }
+
+  /** Answers `{ok: true, ...}` or `{ok: false, code, message}`, never with the key in it. */
+  function answer(res: Response, work: () => Promise<{ result: Record<string, unknown>; key?: string }>) {
+    work().then(
+      ({ result, key }) => res.json(key ? redact({ ok: true, ...result }, [key]) : { ok: true, ...result }),
+      (error: unknown) => {
+        const serviceError = asServiceError(error);
+        res.json({ ok: false, code: serviceError.code, message: serviceError.message });
+      },
+    );
+  }
+
+  RED.httpAdmin.post(
+    '/graph-gen/graph-gen-config/definitions',
+    readOrWrite,
+    (req: Request, res: Response) => {
+      const body = (req.body ?? {}) as DialogRequest;
+      answer(res, async () => {
+        const { definitions, key } = await definitionsFor(body);
+        return { result: { definitions: editorDefinitionsOf(definitions) }, key };
+      });
+    },
+  );
+
+  RED.httpAdmin.post('/graph-gen/graph-gen-config/convert', readOrWrite, (req: Request, res: Response) => {
+    const body = (req.body ?? {}) as DialogRequest;
+    answer(res, async () => {
+      if (!isUiWorkflow(body.workflow)) {
+        throw invalidInput('This is not a UI-format workflow (an object with "nodes" and "links" arrays).');
+      }
+      const { definitions, key } = await definitionsFor(body);
+      const workflow = convertUiWorkflow(body.workflow, (classType) =>
+        Object.hasOwn(definitions, classType) ? definitions[classType] : undefined,
+      );
+      return { result: { workflow }, key };
+    });
+  });
 }
 
 // The node's type lives beside the function Node-RED loads, so other node files can import it.
