@@ -14,12 +14,27 @@ const { prepareUserDir, startNodeRed, stopProcesses } = require('../scripts/star
 /** settings.js additions: a clock comparable across processes, and the process's CPU, for the functions. */
 const BENCH_GLOBALS = `
 const { performance } = require('node:perf_hooks');
+function profiler(dir) {
+  const inspector = require('node:inspector');
+  const session = new inspector.Session();
+  session.connect();
+  let round = 0;
+  return {
+    start: () => session.post('Profiler.enable', () => session.post('Profiler.start')),
+    stop: () =>
+      session.post('Profiler.stop', (error, result) => {
+        if (!error) require('node:fs').writeFileSync(dir + '/node-red-' + ++round + '.cpuprofile', JSON.stringify(result.profile));
+      }),
+  };
+}
 module.exports.functionGlobalContext = {
   bench: {
     clock: () => performance.timeOrigin + performance.now(),
     cpu: () => process.cpuUsage(),
     ended: new Map(),
     failed: 0,
+    // BENCH_PROFILE_DIR set: a CPU profile of Node-RED per measured round (from the run to the last result).
+    profiler: process.env.BENCH_PROFILE_DIR ? profiler(process.env.BENCH_PROFILE_DIR) : undefined,
     progress: 0,
   },
 };
@@ -108,6 +123,8 @@ return null;`,
       z: tab,
       func: `const bench = global.get('bench');
 const full = msg.req.query.full === '1';
+if (bench.profiler && msg.req.query.profile === 'start') bench.profiler.start();
+if (bench.profiler && msg.req.query.profile === 'stop') bench.profiler.stop();
 msg.payload = {
   ended: bench.ended.size,
   failed: bench.failed,
@@ -152,7 +169,16 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
     // The flow is deployed for this round only: the cloud-like sandbox sends every event to every socket
     // with the key, so a socket left open would slow the other sides' rounds.
     await call(`${base}/flows`, 'POST', flow);
-    await call(`${base}/bench/results?reset=1`);
+    // The deploy answers before its HTTP routes are in place.
+    for (let tries = 0; ; tries++) {
+      try {
+        await call(`${base}/bench/results?reset=1`);
+        break;
+      } catch (error) {
+        if (tries > 100) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
     const before = await sandbox('stats');
     await call(`${base}/bench/start`, 'POST', { count: jobs, workflow });
     // Every job submitted and awaited (first status checks answered) before the run starts.
@@ -162,7 +188,7 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     await new Promise((resolve) => setTimeout(resolve, 1500));
-    const start = await call(`${base}/bench/results`);
+    const start = await call(`${base}/bench/results?profile=start`);
     const started = performance.now();
     await sandbox('runPending');
     let state;
@@ -172,7 +198,7 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     const timeMs = performance.now() - started;
-    const end = await call(`${base}/bench/results?full=1`);
+    const end = await call(`${base}/bench/results?full=1&profile=stop`);
     const after = await sandbox('stats');
     const { stamps } = await sandbox('stamps');
     await call(`${base}/flows`, 'POST', []);

@@ -35,13 +35,24 @@ const catalog = require('./locales/en-US/graph-gen-await-job.json') as {
 };
 
 export = function (RED: NodeAPI): void {
-  /** A runtime text from the message catalog, in English when the catalog is not loaded. */
+  /**
+   * A runtime text from the message catalog, in English when the catalog is not loaded. Looked up once:
+   * a lookup costs tens of microseconds, and a result's status asks for one per job.
+   */
+  const texts = new Map<string, string>();
   function text(key: string): string {
-    const full = `graph-gen-await-job.${key}`;
-    const translated = RED._(full);
-    if (translated && translated !== full) return translated;
-    const [group, name] = key.split('.');
-    return catalog['graph-gen-await-job'][group]?.[name] ?? key;
+    let found = texts.get(key);
+    if (found === undefined) {
+      const full = `graph-gen-await-job.${key}`;
+      const translated = RED._(full);
+      const [group, name] = key.split('.');
+      found =
+        translated && translated !== full
+          ? translated
+          : (catalog['graph-gen-await-job'][group]?.[name] ?? key);
+      texts.set(key, found);
+    }
+    return found;
   }
 
   function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
