@@ -287,7 +287,7 @@ function fetchError(
   if (timeout.aborted) {
     return new ServiceError(
       'network',
-      `The file at ${host} did not arrive within ${Math.round(limits.timeoutMs / 1000)} s: check that the host answers, or raise "URL timeout" in the node`,
+      `The file at ${host} did not arrive within ${limits.timeoutMs / 1000} s: check that the host answers, or raise "URL timeout" in the node`,
     );
   }
   const code = (error as { code?: unknown })?.code;
