@@ -28,10 +28,7 @@ describe('graph-gen-submit: titles, new seeds, UI format', () => {
     DualSeed: {
       input: {
         required: {
-          noise_seed: [
-            'INT',
-            { default: 0, min: 0, max: 18446744073709551615, control_after_generate: true },
-          ],
+          noise_seed: ['INT', { default: 0, min: 0, max: 2 ** 64, control_after_generate: true }],
           variation: ['INT', { default: 10, min: 10, max: 12, control_after_generate: true }],
           steps: ['INT', { default: 4, min: 1, max: 100 }],
         },
