@@ -201,10 +201,17 @@ describe('examples: every example flow runs against the sandbox', function () {
       'the saved file is not the PNG the service made',
     );
     assert.deepStrictEqual(failures, []);
-    // The prompt text came from msg.inputs, on a copy of the node's workflow.
+    // The prompt text came from msg.inputs by the node's title, on a copy of the node's workflow.
     const job = [...sandbox.jobs.jobs.values()].at(-1);
     assert.strictEqual(job.prompt['6'].inputs.text, 'a lighthouse on a cliff at dawn, oil painting');
+    assert.strictEqual(job.prompt['6']._meta.title, 'Positive prompt');
     assert.strictEqual(job.prompt['9'].class_type, 'SaveImage');
+    // A new seed each run, said in msg.seeds; the node's workflow keeps its 42.
+    assert.deepStrictEqual(msg.seeds, { 3: job.prompt['3'].inputs.seed });
+    assert.notStrictEqual(job.prompt['3'].inputs.seed, 42);
+    const submit = nodes.find((node) => node.type === 'graph-gen-submit');
+    assert.strictEqual(JSON.parse(submit.workflow)['3'].inputs.seed, 42);
+    assert.strictEqual(submit.newSeed, true);
   });
 
   it('02-image-to-image: reads a file, uploads it, points LoadImage at it through msg.inputs, downloads', async () => {
@@ -217,6 +224,8 @@ describe('examples: every example flow runs against the sandbox', function () {
     assert.ok(msg.filename);
     const job = [...sandbox.jobs.jobs.values()].at(-1);
     assert.strictEqual(job.prompt['10'].inputs.image, 'input.png');
+    assert.strictEqual(job.prompt['10']._meta.title, 'Input image');
+    assert.deepStrictEqual(msg.seeds, { 3: job.prompt['3'].inputs.seed });
     assert.ok(sandbox.counters.count('/api/upload/image', 'POST') >= 1);
   });
 
@@ -234,6 +243,7 @@ describe('examples: every example flow runs against the sandbox', function () {
     const job = [...sandbox.jobs.jobs.values()].at(-1);
     assert.strictEqual(job.prompt['10'].inputs.image, 'clipspace/mask.png [input]');
     assert.strictEqual(job.prompt['11'].class_type, 'VAEEncodeForInpaint');
+    assert.deepStrictEqual(msg.seeds, { 3: job.prompt['3'].inputs.seed });
   });
 
   it('04-live-progress-and-previews: progress, previews and the result arrive on their wires', async () => {
@@ -247,6 +257,9 @@ describe('examples: every example flow runs against the sandbox', function () {
     const msg = await orNodeErrors(completed);
     assert.strictEqual(msg.payload.status, 'completed');
     assert.ok(msg.payload.files.length > 0);
+    const job = sandbox.jobs.jobs.get(msg.prompt_id);
+    assert.strictEqual(job.prompt['6'].inputs.text, 'a harbour at night, long exposure');
+    assert.deepStrictEqual(msg.seeds, { 3: job.prompt['3'].inputs.seed });
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.ok(steps.length > 0, 'no progress step reached the step debug node');
     assert.ok(
@@ -278,6 +291,8 @@ describe('examples: every example flow runs against the sandbox', function () {
     const cancel = await orNodeErrors(cancelled);
     assert.strictEqual(typeof cancel.prompt_id, 'string');
     assert.strictEqual(sandbox.jobs.jobs.get(cancel.prompt_id).state, 'cancelled');
+    assert.strictEqual(sandbox.jobs.jobs.get(cancel.prompt_id).prompt['6'].inputs.text, 'a job to cancel');
+    assert.strictEqual(typeof cancel.seeds['3'], 'number');
 
     const interrupted = messages(byName(nodes, 'helper', 'interrupted'));
     const before = sandbox.counters.count('/api/interrupt', 'POST');

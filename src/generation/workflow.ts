@@ -1,9 +1,12 @@
 /**
- * Workflows in API format (node id -> {class_type, inputs}): reading them from a message or a setting,
- * applying per-message input overrides on a copy, and refusing broken ones before anything is sent, with
- * errors that name the node and the input. Pure functions, no I/O.
+ * Workflows in API format (node id -> {class_type, inputs, _meta: {title}}): reading them from a message or
+ * a setting, applying per-message input overrides (keyed by node id or title) on a copy, new seeds, and
+ * refusing broken ones before anything is sent, with errors that name the node and the input. Pure
+ * functions, no I/O.
  */
+import { randomBytes, randomInt } from 'node:crypto';
 import { invalidInput } from '../http/errors';
+import { inputSpecsOf } from './node-definitions';
 
 export interface WorkflowNode {
   class_type?: string;
@@ -93,26 +96,162 @@ export function validateWorkflow(value: unknown): Workflow {
   return value as Workflow;
 }
 
-/** A deep copy of the workflow with the overrides applied (the template is never changed). */
-export function applyOverrides(workflow: Workflow, overrides: unknown): Workflow {
-  const copy = structuredClone(workflow);
-  if (overrides === undefined || overrides === null) return copy;
+/** A node's title: `_meta.title`, as the graph editor's "Export (API)" writes it. */
+export function titleOf(node: WorkflowNode): string | undefined {
+  const meta = node._meta;
+  const title = isRecord(meta) ? meta.title : undefined;
+  return typeof title === 'string' && title !== '' ? title : undefined;
+}
+
+/** The workflow's nodes for a sentence: `3 (KSampler), 6 "Positive prompt", ...`. */
+function nodeList(workflow: Workflow): string {
+  return Object.entries(workflow)
+    .map(([id, node]) => {
+      const title = titleOf(node);
+      return title !== undefined
+        ? `${id} "${title}"`
+        : `${id}${node.class_type ? ` (${node.class_type})` : ''}`;
+    })
+    .join(', ');
+}
+
+/**
+ * msg.inputs with every key made a node id: a key that is a node id of the workflow is that node; any
+ * other key is a node title (`_meta.title`). A title that several nodes carry is refused naming their ids;
+ * a key that is neither is refused listing the workflow's ids and titles. Two keys for one node merge.
+ */
+export function resolveOverrides(workflow: Workflow, overrides: unknown): InputOverrides {
+  if (overrides === undefined || overrides === null) return {};
   if (!isRecord(overrides)) {
-    throw invalidInput('msg.inputs must be an object: {"<node id>": {"<input>": value}}');
+    throw invalidInput('msg.inputs must be an object: {"<node id or title>": {"<input>": value}}');
   }
-  for (const [id, inputs] of Object.entries(overrides)) {
-    const node = copy[id];
-    if (!node) {
-      throw invalidInput(
-        `msg.inputs sets node "${id}", which is not in the workflow (its nodes: ${Object.keys(copy).join(', ')})`,
-      );
+  const resolved: InputOverrides = {};
+  for (const [key, inputs] of Object.entries(overrides)) {
+    let id = key;
+    if (!Object.hasOwn(workflow, key)) {
+      const titled = Object.keys(workflow).filter((candidate) => titleOf(workflow[candidate]) === key);
+      if (titled.length > 1) {
+        throw invalidInput(
+          `msg.inputs sets "${key}", a title that ${titled.length} nodes carry (ids ${titled.join(', ')}): use the id of the one you mean, or give the nodes different titles`,
+        );
+      }
+      if (titled.length === 0) {
+        throw invalidInput(
+          `msg.inputs sets node "${key}", which is not in the workflow: neither a node id nor a node title (its nodes: ${nodeList(workflow)})`,
+        );
+      }
+      id = titled[0];
     }
-    if (!isRecord(inputs)) throw invalidInput(`msg.inputs["${id}"] must be an object of input values`);
+    if (!isRecord(inputs)) throw invalidInput(`msg.inputs["${key}"] must be an object of input values`);
+    resolved[id] = { ...resolved[id], ...inputs };
+  }
+  return resolved;
+}
+
+/** A deep copy of the workflow with the overrides (keyed by node id or title) applied; the template is never changed. */
+export function applyOverrides(workflow: Workflow, overrides: unknown): Workflow {
+  const resolved = resolveOverrides(workflow, overrides);
+  const copy = structuredClone(workflow);
+  for (const [id, inputs] of Object.entries(resolved)) {
     for (const [input, inputValue] of Object.entries(inputs)) {
-      node.inputs[input] = structuredClone(inputValue);
+      copy[id].inputs[input] = structuredClone(inputValue);
     }
   }
   return copy;
+}
+
+/** An input that takes a new random value per message, and the range of that value. */
+export interface SeedInput {
+  id: string;
+  input: string;
+  min: number;
+  max: number;
+}
+
+/** node id -> the value used; for a node with several seed inputs, input name -> value. */
+export type SeedValues = Record<string, number | Record<string, number>>;
+
+/** Input names taken for seeds when the node definitions cannot be read. */
+const SEED_NAMES = new Set(['seed', 'noise_seed']);
+
+/** A seed range JSON numbers hold exactly: a server's 2^64 - 1 is not one. */
+function seedRange(min: number | undefined, max: number | undefined): { min: number; max: number } {
+  const low = Math.max(Math.ceil(min ?? 0), -Number.MAX_SAFE_INTEGER);
+  const high = Math.min(Math.floor(max ?? Number.MAX_SAFE_INTEGER), Number.MAX_SAFE_INTEGER);
+  return high >= low ? { min: low, max: high } : { min: low, max: low };
+}
+
+/**
+ * The seed inputs of a workflow: INT inputs whose definition asks for control_after_generate (`seed`,
+ * `noise_seed`), where the node holds a number (an input linked to another node is left alone). Nodes whose
+ * type has no definition have none.
+ */
+export function seedInputsOf(workflow: Workflow, definitionOf: (classType: string) => unknown): SeedInput[] {
+  const seeds: SeedInput[] = [];
+  for (const [id, node] of Object.entries(workflow)) {
+    if (typeof node.class_type !== 'string') continue;
+    const definition = definitionOf(node.class_type);
+    if (definition === undefined) continue;
+    for (const spec of inputSpecsOf(definition)) {
+      if (spec.type !== 'INT' || !spec.controlAfterGenerate || typeof node.inputs[spec.name] !== 'number')
+        continue;
+      seeds.push({ id, input: spec.name, ...seedRange(spec.min, spec.max) });
+    }
+  }
+  return seeds;
+}
+
+/** Without node definitions: number inputs named `seed` or `noise_seed`, over 0 to 2^53 - 1. */
+export function seedInputsByName(workflow: Workflow): SeedInput[] {
+  const seeds: SeedInput[] = [];
+  for (const [id, node] of Object.entries(workflow)) {
+    for (const [input, value] of Object.entries(node.inputs)) {
+      if (SEED_NAMES.has(input) && typeof value === 'number')
+        seeds.push({ id, input, ...seedRange(0, undefined) });
+    }
+  }
+  return seeds;
+}
+
+/** A uniform random whole number in [min, max] (up to 2^53 values: crypto's randomInt stops at 2^48). */
+export function randomSeed(min: number, max: number): number {
+  const count = max - min + 1;
+  if (count < 2 ** 48) return min + randomInt(count);
+  const span = BigInt(count);
+  // Rejection keeps it uniform: 64 random bits, minus the top remainder that would favour small values.
+  const limit = 2n ** 64n - (2n ** 64n % span);
+  for (;;) {
+    const bits = randomBytes(8).readBigUInt64BE();
+    if (bits < limit) return min + Number(bits % span);
+  }
+}
+
+/**
+ * Gives each seed input a fresh random value in its range, except those msg.inputs set (`kept`, keyed by
+ * node id), in the workflow (a copy) itself; returns the values used by every seed input, set or kept.
+ */
+export function applyNewSeeds(
+  workflow: Workflow,
+  seeds: SeedInput[],
+  kept: InputOverrides,
+  random: (min: number, max: number) => number = randomSeed,
+): SeedValues {
+  const used = new Map<string, Record<string, number>>();
+  for (const seed of seeds) {
+    const inputs = workflow[seed.id].inputs;
+    if (!(kept[seed.id] && Object.hasOwn(kept[seed.id], seed.input))) {
+      inputs[seed.input] = random(seed.min, seed.max);
+    }
+    const value = inputs[seed.input];
+    if (typeof value !== 'number') continue;
+    used.set(seed.id, { ...used.get(seed.id), [seed.input]: value });
+  }
+  const values: SeedValues = {};
+  for (const [id, inputs] of used) {
+    const names = Object.keys(inputs);
+    values[id] = names.length === 1 ? inputs[names[0]] : inputs;
+  }
+  return values;
 }
 
 /**

@@ -9,6 +9,7 @@ import {
   evaluateProperty,
   handleMessages,
   generationConnection,
+  showSocketTrouble,
   statusWaiting,
   statusOk,
 } from './node-helpers';
@@ -33,6 +34,7 @@ export = function (RED: NodeAPI) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const status = showSocketTrouble(RED, node, def.server);
     const mode = def.mode === 'file' ? 'file' : 'buffer';
 
     async function directoryFor(msg: DownloadMessage): Promise<string> {
@@ -57,7 +59,7 @@ export = function (RED: NodeAPI) {
       const directory = mode === 'file' ? await directoryFor(msg) : undefined;
       const rest = connection.rest;
       for (const [index, ref] of references.entries()) {
-        node.status(
+        status(
           statusWaiting(references.length > 1 ? `file ${index + 1}/${references.length}…` : 'downloading…'),
         );
         // The last file goes out on the msg itself, earlier ones on copies.
@@ -75,10 +77,10 @@ export = function (RED: NodeAPI) {
         out.file = ref;
         send(out);
       }
-      node.status(statusOk(references.length === 1 ? 'downloaded' : `${references.length} files`));
+      status(statusOk(references.length === 1 ? 'downloaded' : `${references.length} files`));
     }
 
-    handleMessages<DownloadMessage>(node, handle);
+    handleMessages<DownloadMessage>(node, handle, status);
   }
 
   RED.nodes.registerType('graph-gen-download', GraphGenDownload);

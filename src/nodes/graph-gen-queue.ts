@@ -6,7 +6,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { promptIdsOf } from '../generation/rest-client';
-import { handleMessages, generationConnection, statusOk } from './node-helpers';
+import { handleMessages, generationConnection, showSocketTrouble, statusOk } from './node-helpers';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
 const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
@@ -46,6 +46,7 @@ export = function (RED: NodeAPI) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const status = showSocketTrouble(RED, node, def.server);
 
     async function handle(msg: QueueMessage, signal: AbortSignal): Promise<void> {
       const connection = generationConnection(RED, def.server);
@@ -58,28 +59,32 @@ export = function (RED: NodeAPI) {
         msg.payload = queue;
         msg.running = promptIdsOf(queue.queue_running);
         msg.pending = promptIdsOf(queue.queue_pending);
-        node.status(statusOk(`${msg.running.length} running, ${msg.pending.length} queued`));
+        status(statusOk(`${msg.running.length} running, ${msg.pending.length} queued`));
       } else if (action === 'cancel') {
         const outcome = await connection.cancel(idsToCancel(msg), signal);
         msg.payload = outcome.body;
         msg.removed = outcome.removed;
         msg.interrupted = outcome.interrupted;
         msg.not_queued = outcome.notQueued;
-        node.status(statusOk(`cancelled ${outcome.removed.length + outcome.interrupted.length}`));
+        status(statusOk(`cancelled ${outcome.removed.length + outcome.interrupted.length}`));
       } else {
         const target = msg.prompt_id;
         if (target !== undefined && target !== '' && typeof target !== 'string') {
           throw invalidInput('msg.prompt_id must be the text id of the job to interrupt');
         }
         msg.payload = await connection.interrupt(target || undefined, signal);
-        node.status(statusOk('interrupted'));
+        status(statusOk('interrupted'));
       }
     }
 
-    handleMessages<QueueMessage>(node, async (msg, send, signal) => {
-      await handle(msg, signal);
-      send(msg);
-    });
+    handleMessages<QueueMessage>(
+      node,
+      async (msg, send, signal) => {
+        await handle(msg, signal);
+        send(msg);
+      },
+      status,
+    );
   }
 
   RED.nodes.registerType('graph-gen-queue', GraphGenQueue);

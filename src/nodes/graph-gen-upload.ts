@@ -1,13 +1,21 @@
 /**
- * graph-gen-upload: uploads an image (or a mask) from a Buffer or a local file path, streamed. Thin: the
- * upload itself lives in src/generation/rest-client.ts.
+ * graph-gen-upload: uploads an image (or a mask) from a Buffer, a local file path, a data: URL, base64 text
+ * or an http(s) URL, streamed. Thin: reading the payload lives in src/generation/upload-source.ts, the
+ * upload itself in src/generation/rest-client.ts.
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import {
+  DEFAULT_URL_LIMITS,
+  readUploadSource,
+  type PayloadSetting,
+  type UrlLimits,
+} from '../generation/upload-source';
+import {
   evaluateProperty,
   handleMessages,
   generationConnection,
+  showSocketTrouble,
   statusWaiting,
   statusOk,
 } from './node-helpers';
@@ -19,6 +27,11 @@ interface UploadDef extends NodeDef {
   filenameType?: string;
   uploadType?: string;
   overwrite?: boolean;
+  payloadIs?: PayloadSetting;
+  /** The largest file fetched from a URL, in MiB. */
+  urlLimit?: number | string;
+  /** Seconds a URL fetch may take, all of it. */
+  urlTimeout?: number | string;
 }
 
 type UploadMessage = NodeMessageInFlow & {
@@ -35,11 +48,24 @@ function booleanOf(value: unknown, name: string): boolean {
   throw invalidInput(`${name} must be true or false`);
 }
 
+/** A positive number setting, or its default when unset or not a positive number. */
+function positive(value: unknown, fallback: number): number {
+  const number = Number(value);
+  return value !== '' && value !== undefined && Number.isFinite(number) && number > 0 ? number : fallback;
+}
+
 export = function (RED: NodeAPI) {
   function GraphGenUpload(this: Node, def: UploadDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const payloadIs: PayloadSetting =
+      def.payloadIs === 'path' || def.payloadIs === 'base64' ? def.payloadIs : 'auto';
+    const limits: UrlLimits = {
+      maxBytes: Math.round(positive(def.urlLimit, DEFAULT_URL_LIMITS.maxBytes / 2 ** 20) * 2 ** 20),
+      timeoutMs: Math.round(positive(def.urlTimeout, DEFAULT_URL_LIMITS.timeoutMs / 1000) * 1000),
+    };
+    const status = showSocketTrouble(RED, node, def.server);
 
     async function handle(msg: UploadMessage, signal: AbortSignal): Promise<void> {
       const connection = generationConnection(RED, def.server);
@@ -59,30 +85,39 @@ export = function (RED: NodeAPI) {
       const overwrite =
         msg.overwrite !== undefined ? booleanOf(msg.overwrite, 'msg.overwrite') : def.overwrite !== false;
       const mask = def.mode === 'mask' || msg.original_ref !== undefined;
-      if (!Buffer.isBuffer(msg.payload) && typeof msg.payload !== 'string') {
-        throw invalidInput(
-          'msg.payload must be a Buffer (the file) or a string (a local file path) to upload',
-        );
-      }
-      node.status(statusWaiting(mask ? 'uploading mask…' : 'uploading…'));
-      const result = await connection.rest.upload({
-        source: msg.payload,
+      const source = await readUploadSource(msg.payload, payloadIs, {
         filename: (filenameSetting as string | undefined) || undefined,
-        type,
-        overwrite,
-        mask,
-        originalRef: msg.original_ref,
+        limits,
         signal,
+        onFetch: () => status(statusWaiting('fetching…')),
       });
-      msg.payload = result;
-      msg.filename = result.name;
-      node.status(statusOk(`uploaded ${result.name}`));
+      try {
+        status(statusWaiting(mask ? 'uploading mask…' : 'uploading…'));
+        const result = await connection.rest.upload({
+          source: source.source,
+          filename: source.name,
+          type,
+          overwrite,
+          mask,
+          originalRef: msg.original_ref,
+          signal,
+        });
+        msg.payload = result;
+        msg.filename = result.name;
+        status(statusOk(`uploaded ${result.name}`));
+      } finally {
+        await source.release();
+      }
     }
 
-    handleMessages<UploadMessage>(node, async (msg, send, signal) => {
-      await handle(msg, signal);
-      send(msg);
-    });
+    handleMessages<UploadMessage>(
+      node,
+      async (msg, send, signal) => {
+        await handle(msg, signal);
+        send(msg);
+      },
+      status,
+    );
   }
 
   RED.nodes.registerType('graph-gen-upload', GraphGenUpload);

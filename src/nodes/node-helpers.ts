@@ -5,6 +5,7 @@
 import type { Node, NodeAPI, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { GenerationConnection } from '../generation/connection';
+import type { ConnectionState } from '../generation/socket-manager';
 import type { GraphGenConfigNode } from './graph-gen-config';
 
 /** Evaluates a TypedInput property for one message (callback form: JSONata and async context need it). */
@@ -35,6 +36,9 @@ export function asServiceError(error: unknown): ServiceError {
   const message = error instanceof Error ? error.message : String(error);
   return new ServiceError('internal_error', `unexpected failure in the node: ${message}`);
 }
+
+/** Sets a node's status (the node's own `status`, or one that knows about the shared socket's trouble). */
+export type StatusFunction = (status: NodeStatus) => void;
 
 /** Status texts stay under 20 characters (the editor cuts longer ones off under the node). */
 const MAX_STATUS_TEXT = 19;
@@ -67,9 +71,14 @@ const SHORT_REASONS: Partial<Record<string, string>> = {
  * Ends a message in failure: red ring with the error code, and `done(error)` so Node-RED hands the
  * message to Catch nodes with `message`, `code` and `cause` in `msg.error`.
  */
-export function fail(node: Node, done: (error?: Error) => void, error: unknown): void {
+export function fail(
+  node: Node,
+  done: (error?: Error) => void,
+  error: unknown,
+  setStatus: StatusFunction = (status) => node.status(status),
+): void {
   const serviceError = asServiceError(error);
-  node.status(statusFailed(SHORT_REASONS[serviceError.code] ?? serviceError.code.replace(/_/g, ' ')));
+  setStatus(statusFailed(SHORT_REASONS[serviceError.code] ?? serviceError.code.replace(/_/g, ' ')));
   done(serviceError);
 }
 
@@ -92,6 +101,7 @@ const CLOSE_WAIT_MS = 1_000;
 export function handleMessages<M extends NodeMessageInFlow>(
   node: Node,
   handle: (msg: M, send: SendFunction, signal: AbortSignal) => Promise<void>,
+  setStatus?: StatusFunction,
 ): void {
   const running = new Map<AbortController, Promise<void>>();
   node.on('input', (msg, send, done) => {
@@ -104,7 +114,7 @@ export function handleMessages<M extends NodeMessageInFlow>(
       (error: unknown) => {
         running.delete(controller);
         if (controller.signal.aborted) done();
-        else fail(node, done, error);
+        else fail(node, done, error, setStatus);
       },
     );
     running.set(controller, settled);
@@ -194,4 +204,40 @@ export function generationConnection(RED: NodeAPI, serverId: string): Generation
     throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
   }
   return config.connection;
+}
+
+/** What the shared socket's trouble looks like in a node's status (await-job uses the same words). */
+function troubleStatus(state: ConnectionState): NodeStatus | undefined {
+  if (state === 'unauthorized') return statusFailed('unauthorized');
+  if (state === 'down') return statusWaiting('reconnecting');
+  return undefined;
+}
+
+/**
+ * Shows the config node's shared socket trouble ("reconnecting", "unauthorized") in this node's status
+ * while it lasts, as await-job does, and the node's own latest status again when it ends: the node sets
+ * its own statuses through the returned function (and passes it to `handleMessages`). A reconnect attempt
+ * (`connecting`) does not end the trouble, so the status does not flicker between attempts. Registers
+ * with the socket manager without opening the socket, and frees the registration when the node closes.
+ */
+export function showSocketTrouble(RED: NodeAPI, node: Node, serverId: string): StatusFunction {
+  const connection = (RED.nodes.getNode(serverId) as GraphGenConfigNode | null)?.connection;
+  if (!connection) return (status) => node.status(status);
+  let own: NodeStatus = {};
+  let trouble: NodeStatus | undefined;
+  const show = (state: ConnectionState): void => {
+    if (state === 'connecting' && trouble) return;
+    const next = troubleStatus(state);
+    if (next?.text === trouble?.text) return;
+    trouble = next;
+    node.status(trouble ?? own);
+  };
+  const sockets = connection.sockets();
+  const deregister = sockets.register({ onConnectionState: (state) => show(state) });
+  if (troubleStatus(sockets.state)) show(sockets.state);
+  node.on('close', () => deregister());
+  return (status) => {
+    own = status;
+    if (!trouble) node.status(status);
+  };
 }

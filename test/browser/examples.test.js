@@ -141,13 +141,16 @@ describe('examples in a real browser', function () {
       $('.red-ui-palette-category').show();
     });
 
-    // The submit dialog of the example: the workflow in the code editor and the ids msg.inputs can set.
+    // The submit dialog of the example: the workflow in the code editor, the ids and titles msg.inputs sets.
     const submit = await page.evaluate(
       (tab) => RED.nodes.filterNodes({ type: 'graph-gen-submit', z: tab })[0].id,
       await page.evaluate(() => RED.workspaces.active()),
     );
     await editor.openNodeDialog(page, submit);
-    assert.match(await page.locator('#graph-gen-submit-nodes').innerText(), /6\s*CLIPTextEncode: text/);
+    assert.match(
+      await page.locator('#graph-gen-submit-nodes').innerText(),
+      /6\s*CLIPTextEncode "Positive prompt": text/,
+    );
     await screenshot(page, 'submit-dialog-text-to-image', page.locator('.red-ui-tray').last());
     await editor.closeDialog(page, 'node-dialog-cancel');
     await page.evaluate(() => $('#red-ui-notifications').show());
