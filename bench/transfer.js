@@ -4,11 +4,21 @@
 // file mode) and, in the same run, by a bare undici client doing the same transfers. Each side runs in its
 // own child process so its peak RSS is its own; the sandbox runs in this process.
 //
-//   node bench/transfer.js [--size-mib 1024] [--rounds 5]
+//   node bench/transfer.js [--size-mib 1024] [--rounds 7] [--host node-red|bare]
 //
 // Targets: time and CPU ratios (ours / baseline) <= 1.1; our peak RSS at most 64 MiB over the child's start.
-// Times and CPU: the median of the rounds for each side (rounds alternate which side goes first); RSS: the
-// worst round.
+// Times, CPU and full GCs: the median of the rounds for each side (rounds alternate which side goes first;
+// 7 by default, at least 5: on a shared machine a single round of either side may take twice its usual time);
+// RSS: the worst round.
+//
+// Host: these nodes only ever run inside Node-RED, so by default each child (both sides alike) first starts a
+// Node-RED runtime with no flows, as a user's process would hold it (a 27 MB heap), and only then transfers.
+// `--host bare` runs each side in a bare Node process instead. Beware what that measures: in a bare process
+// whose heap is 8-10 MB (a little code loaded), V8 runs a full mark-compact every 10-20 MiB of transfer
+// buffers; bare undici alone (7.7 MB) mostly escapes it, and so does a heap of 13 MB or more. Measured on
+// 512 MiB uploads: ours 17-55 full collections against the baseline's 6, and the baseline as many as ours once
+// given 1-2 MB of unrelated objects. The CPU ratio then says which side of that edge each heap lies on, not what
+// the transfer costs; 'full GCs' in the table shows when a run fell into it (in a Node-RED host, rarely).
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -42,7 +52,25 @@ function rssSampler() {
   };
 }
 
-async function child(side, baseUrl, apiKey, file, directory, warmFile) {
+/** A Node-RED runtime with no flows and no editor traffic: the process these nodes run in. */
+async function startNodeRedHost(directory) {
+  const RED = require('node-red');
+  const userDir = fs.mkdtempSync(path.join(directory, '.node-red-'));
+  RED.init(require('node:http').createServer(), {
+    userDir,
+    flowFile: 'flows.json',
+    logging: { console: { level: 'off' } },
+    telemetry: { enabled: false },
+  });
+  await RED.start();
+  return async () => {
+    await RED.stop();
+    fs.rmSync(userDir, { recursive: true, force: true });
+  };
+}
+
+async function child(side, host, baseUrl, apiKey, file, directory, warmFile) {
+  const stopHost = host === 'node-red' ? await startNodeRedHost(directory) : async () => undefined;
   const { request, Agent } = require('undici');
   const bigRef = { filename: 'big.bin', subfolder: '', type: 'output' };
   const warmRef = { filename: 'warm.bin', subfolder: '', type: 'output' };
@@ -99,6 +127,14 @@ async function child(side, baseUrl, apiKey, file, directory, warmFile) {
     };
     close = () => agent.close();
   }
+  // Full (mark-compact) collections, to tell a run that fell into the regime described at the top.
+  const { PerformanceObserver, performance, constants } = require('node:perf_hooks');
+  const fullCollections = [];
+  const gcObserver = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries())
+      if (entry.detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) fullCollections.push(entry.startTime);
+  });
+  gcObserver.observe({ entryTypes: ['gc'] });
   const coldRss = process.memoryUsage.rss();
   await runUpload(warmFile);
   await runDownload(warmRef);
@@ -110,25 +146,32 @@ async function child(side, baseUrl, apiKey, file, directory, warmFile) {
     const sampler = rssSampler();
     const cpuBefore = process.cpuUsage();
     const started = process.hrtime.bigint();
+    const from = performance.now();
     await run();
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
     const cpu = process.cpuUsage(cpuBefore);
     const cpuSeconds = (cpu.user + cpu.system) / 1e6;
+    const to = performance.now();
     const peak = sampler.peak();
+    // The observer hears of collections a little later.
+    await new Promise((resolve) => setTimeout(resolve, 50));
     results[name] = {
       seconds,
       cpuSeconds,
+      fullGcs: fullCollections.filter((at) => at >= from && at <= to).length,
       startRss,
       peakRss: peak,
       riseRss: peak - startRss,
       coldRise: peak - coldRss,
     };
   }
+  gcObserver.disconnect();
   await close();
+  await stopHost();
   process.stdout.write(JSON.stringify(results));
 }
 
-function runChild(side, baseUrl, apiKey, file, directory, warmFile) {
+function runChild(side, host, baseUrl, apiKey, file, directory, warmFile) {
   return new Promise((resolve, reject) => {
     const proc = spawn(
       process.execPath,
@@ -136,6 +179,8 @@ function runChild(side, baseUrl, apiKey, file, directory, warmFile) {
         __filename,
         '--child',
         side,
+        '--host',
+        host,
         '--url',
         baseUrl,
         '--key',
@@ -160,7 +205,9 @@ function runChild(side, baseUrl, apiKey, file, directory, warmFile) {
 async function main() {
   const { startSandbox } = require('../dist/sandbox');
   const sizeMiB = Number(argument('size-mib', '1024'));
-  const rounds = Math.max(5, Number(argument('rounds', '5')));
+  const rounds = Math.max(5, Number(argument('rounds', '7')));
+  const host = argument('host', 'node-red');
+  if (host !== 'node-red' && host !== 'bare') throw new Error('--host is node-red or bare');
   const size = sizeMiB * MiB;
   const apiKey = 'bench-key';
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-transfer-'));
@@ -187,7 +234,7 @@ async function main() {
     for (let round = 0; round < rounds; round++) {
       for (const side of round % 2 === 0 ? ['baseline', 'ours'] : ['ours', 'baseline']) {
         const directory = fs.mkdtempSync(path.join(work, `${side}-`));
-        const result = await runChild(side, sandbox.url, apiKey, file, directory, warmFile);
+        const result = await runChild(side, host, sandbox.url, apiKey, file, directory, warmFile);
         const saved = fs.statSync(path.join(directory, 'big.bin')).size;
         if (saved !== size) throw new Error(`${side} saved ${saved} bytes, expected ${size}`);
         const upload = sandbox.generation.uploads.at(-1);
@@ -222,6 +269,8 @@ async function main() {
       'ours CPU s': oursCpu.toFixed(2),
       'baseline CPU s': baseCpu.toFixed(2),
       'CPU ratio': (oursCpu / baseCpu).toFixed(2),
+      'ours full GCs': median('ours', name, 'fullGcs'),
+      'baseline full GCs': median('baseline', name, 'fullGcs'),
       'ours MiB/s': (sizeMiB / ours).toFixed(0),
       'baseline MiB/s': (sizeMiB / base).toFixed(0),
       'ours RSS rise MiB': (worst('ours', name, 'riseRss') / MiB).toFixed(1),
@@ -232,6 +281,7 @@ async function main() {
       'baseline peak RSS MiB': (worst('baseline', name, 'peakRss') / MiB).toFixed(1),
     });
   }
+  console.log(`host: ${host}, ${rounds} rounds per side, ${sizeMiB} MiB`);
   console.table(rows);
   const verdicts = rows.map((row) => ({
     transfer: row.transfer,
@@ -245,7 +295,7 @@ async function main() {
   fs.writeFileSync(
     path.join(resultsDir, 'transfer.json'),
     JSON.stringify(
-      { date: new Date().toISOString(), node: process.version, sizeMiB, rounds, rows, runs },
+      { date: new Date().toISOString(), node: process.version, host, sizeMiB, rounds, rows, runs },
       null,
       2,
     ),
@@ -258,6 +308,7 @@ async function main() {
 if (process.argv.includes('--child')) {
   child(
     argument('child'),
+    argument('host'),
     argument('url'),
     argument('key'),
     argument('file'),

@@ -230,6 +230,34 @@ describe('graph-gen-download', () => {
     }
   });
 
+  it('file mode saves a large file byte for byte; one broken off after megabytes leaves the old file', async () => {
+    const target = fs.mkdtempSync(path.join(directory, 'large-'));
+    const heron = { filename: 'heron.bin', subfolder: '', type: 'output' };
+    const heronBytes = crypto.randomBytes(24 << 20);
+    cloud.generation.addFile(heron, { content: heronBytes });
+    await load(
+      flowWith(
+        {
+          type: 'graph-gen-download',
+          mode: 'file',
+          directory: target,
+          directoryType: 'str',
+          overwrite: true,
+        },
+        { baseUrl: cloud.url },
+      ),
+    );
+    const msg = await outputOf('n', { payload: heron }, 15000);
+    assert.ok(fs.readFileSync(msg.payload).equals(heronBytes));
+    // Cut with megabytes received, some of them still on their way to the disk.
+    fs.writeFileSync(msg.payload, 'mine');
+    cloud.generation.storage.faults.add({ path: /^\/files\//, breakAfterBytes: 9 << 20, times: 10 });
+    const failure = await failureOf('n', { payload: heron }, 15000);
+    assert.match(failure.error.message, /"heron.bin" broke off/);
+    assert.deepEqual(fs.readdirSync(target), [heron.filename]);
+    assert.equal(fs.readFileSync(msg.payload, 'utf8'), 'mine');
+  });
+
   it('file mode takes msg.directory, and refuses without any directory', async () => {
     await load(flowWith({ type: 'graph-gen-download', mode: 'file' }, { baseUrl: cloud.url }));
     const target = path.join(directory, 'from-msg');

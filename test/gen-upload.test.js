@@ -145,6 +145,49 @@ describe('graph-gen-upload', () => {
     assert.equal(uploads().length, 1);
   });
 
+  it('streams a file of many read chunks whole, its part sized exactly, the name without its directory', async () => {
+    await load(flowWith({ type: 'graph-gen-upload' }, { baseUrl: sandbox.url }));
+    const file = path.join(directory, 'large.bin');
+    const bytes = crypto.randomBytes(5 * 1024 * 1024 + 123);
+    fs.writeFileSync(file, bytes);
+    const msg = await outputOf('n', { payload: file, filename: 'sub/dir/heron.png' }, 15000);
+    assert.equal(msg.payload.name, 'heron.png');
+    const [upload] = sandbox.generation.uploads;
+    assert.equal(upload.size, bytes.length);
+    assert.equal(upload.sha256, sha(bytes));
+    assert.equal(upload.contentType, 'image/png');
+    assert.deepEqual(upload.fields, { type: 'input', overwrite: 'true' });
+  });
+
+  it('a redeploy during a file upload stops it and closes the file', async () => {
+    // The server reads nothing for 30 s: the upload stalls with the file open, part sent, part not.
+    sandbox.faults.add({ path: '/api/upload/image', delayMs: 30_000 });
+    await load(flowWith({ type: 'graph-gen-upload' }, { baseUrl: sandbox.url }));
+    const file = path.join(directory, 'stalled.bin');
+    fs.writeFileSync(file, crypto.randomBytes(32 * 1024 * 1024));
+    /** This process's descriptors open on the file (Linux: /proc/self/fd). */
+    const openOnFile = () =>
+      fs.readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          return fs.readlinkSync(`/proc/self/fd/${fd}`) === file;
+        } catch {
+          return false; // closed between the listing and the look
+        }
+      }).length;
+    const waitFor = async (condition, what) => {
+      const deadline = Date.now() + 5000;
+      while (!condition()) {
+        if (Date.now() > deadline) assert.fail(what);
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    };
+    helper.getNode('n').receive({ payload: file });
+    await waitFor(() => openOnFile() > 0, 'the upload never opened the file');
+    await helper.unload();
+    await waitFor(() => openOnFile() === 0, 'the file stayed open after the redeploy');
+    assert.equal(sandbox.generation.uploads.length, 0);
+  });
+
   it('encodes quotes and line breaks in the file name as browsers do', async () => {
     await load(flowWith({ type: 'graph-gen-upload' }, { baseUrl: sandbox.url }));
     const msg = await outputOf('n', { payload: Buffer.from('x'), filename: 'a "b"\r\n.png' });

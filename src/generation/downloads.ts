@@ -114,9 +114,16 @@ async function readWhole(body: AsyncIterable<Buffer>, length: number | undefined
   return Buffer.concat(spill);
 }
 
+/**
+ * How much of a download may wait for the disk. The socket delivers 64 KiB at a time: with the default
+ * 16 KiB every chunk would stop the socket until the disk had it; with room for several, the socket keeps
+ * reading while one write is under way, and the chunks that arrived meanwhile go out in one `writev`.
+ */
+const WRITE_BEHIND = 1 << 20;
+
 /** A new file to write: `wx`, so it never takes over a file that is there. */
 async function createFile(file: string, ref: FileReference, directory: string) {
-  const out = createWriteStream(file, { flags: 'wx' });
+  const out = createWriteStream(file, { flags: 'wx', highWaterMark: WRITE_BEHIND });
   try {
     await new Promise<void>((resolve, reject) => {
       out.once('open', () => resolve());
