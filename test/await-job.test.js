@@ -103,6 +103,44 @@ describe('graph-gen-await-job', () => {
     );
   });
 
+  it('lists the files of the chosen nodes only: all, saved only (no temp previews), or these nodes by id or title', async () => {
+    const graph = workflow({
+      3: {
+        class_type: 'SaveImage',
+        inputs: { filename_prefix: 'final', images: ['2', 0] },
+        _meta: { title: 'Final picture' },
+      },
+      10: { class_type: 'PreviewImage', inputs: { images: ['2', 0] } },
+      11: { class_type: 'SaveImage', inputs: { filename_prefix: 'extra', images: ['2', 0] } },
+    });
+    const files = async (props) => {
+      const { node, connection, done } = await load(props);
+      assert.equal(await connection.sockets().ready(5000), true);
+      const job = sandbox.jobs.submit(graph, connection.clientId);
+      node.receive({ prompt_id: job.id, workflow: graph });
+      const msg = await done.next();
+      await helper.unload();
+      const byNode = Object.fromEntries(
+        Object.entries(msg.payload.outputs).map(([id, output]) => [id, output.images.map((i) => i.filename)]),
+      );
+      assert.deepEqual(Object.keys(byNode).sort(), ['10', '11', '3'], 'outputs stay whole');
+      return msg.payload.files.map((file) => [file.type, file.filename.split('_')[0]]);
+    };
+    assert.deepEqual(await files({}), [
+      ['output', 'final'],
+      ['temp', 'ComfyUI'],
+      ['output', 'extra'],
+    ]);
+    assert.deepEqual(await files({ filesFrom: 'saved' }), [
+      ['output', 'final'],
+      ['output', 'extra'],
+    ]);
+    assert.deepEqual(await files({ filesFrom: 'nodes', fileNodes: 'Final picture, 10' }), [
+      ['output', 'final'],
+      ['temp', 'ComfyUI'],
+    ]);
+  });
+
   it('takes msg.payload.prompt_id, and refuses a msg without a prompt id where a Catch node sees it', async () => {
     const { node, connection, done, caught } = await load();
     await connection.sockets().ready(5000);

@@ -37,11 +37,20 @@ function isFileReference(value: unknown): value is FileReference {
   );
 }
 
+/** Which files a result lists (await-job's "files from"): the node ids to take them from, and whether temp previews count. */
+export interface FileChoice {
+  /** Only files of type `output` (what SaveImage and the like keep), not temp previews. */
+  savedOnly?: boolean;
+  /** Only files of these nodes. */
+  nodes?: ReadonlySet<string>;
+}
+
 /** Every file reference in the outputs (images, video, audio, gifs...), in node order, each once. */
-export function filesOf(outputs: JobOutputs): FileReference[] {
+export function filesOf(outputs: JobOutputs, choice: FileChoice = {}): FileReference[] {
   const files: FileReference[] = [];
   const seen = new Set<string>();
-  for (const output of Object.values(outputs)) {
+  for (const [nodeId, output] of Object.entries(outputs)) {
+    if (choice.nodes && !choice.nodes.has(nodeId)) continue;
     for (const value of Object.values(output)) {
       if (!Array.isArray(value)) continue;
       for (const item of value) {
@@ -51,6 +60,7 @@ export function filesOf(outputs: JobOutputs): FileReference[] {
           subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
           type: typeof item.type === 'string' ? item.type : 'output',
         };
+        if (choice.savedOnly && ref.type !== 'output') continue;
         const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
         if (seen.has(key)) continue;
         seen.add(key);
@@ -66,4 +76,27 @@ export function setOwn<T>(target: Record<string, T>, key: string, value: T): voi
   if (key === '__proto__') {
     Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
   } else target[key] = value;
+}
+
+/**
+ * The node ids that names given by a user stand for: a name that is a node id of the workflow is that node;
+ * otherwise every node whose `_meta.title` it is; a name the workflow does not know (or no workflow at all)
+ * is taken as an id, as the service reports outputs by id.
+ */
+export function nodeIdsNamed(names: readonly string[], workflow: unknown): Set<string> {
+  const nodes =
+    workflow && typeof workflow === 'object' && !Array.isArray(workflow)
+      ? (workflow as Record<string, { _meta?: { title?: unknown } } | undefined>)
+      : {};
+  const ids = new Set<string>();
+  for (const name of names) {
+    if (Object.hasOwn(nodes, name)) {
+      ids.add(name);
+      continue;
+    }
+    const titled = Object.keys(nodes).filter((id) => nodes[id]?._meta?.title === name);
+    if (titled.length === 0) ids.add(name);
+    for (const id of titled) ids.add(id);
+  }
+  return ids;
 }

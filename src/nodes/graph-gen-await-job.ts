@@ -7,6 +7,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { JobTracker, type JobProgress, type JobResult } from '../generation/job-tracker';
+import { filesOf, nodeIdsNamed } from '../generation/job-outputs';
 import { evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
 import type graphGenConfig from './graph-gen-config';
 
@@ -17,6 +18,10 @@ interface AwaitJobDef extends NodeDef {
   cancelOnTimeout?: boolean;
   progress?: boolean;
   previewRate?: number | string;
+  /** Which files `payload.files` lists: all, saved only (type output), or those of some nodes. */
+  filesFrom?: 'all' | 'saved' | 'nodes';
+  /** For `nodes`: node ids or titles, separated by commas. */
+  fileNodes?: string;
 }
 
 type Send = (msg: Array<NodeMessage | null>) => void;
@@ -65,6 +70,11 @@ export = function (RED: NodeAPI): void {
     const progressEnabled = def.progress === true;
     const rate = Number(def.previewRate);
     const previewsPerSecond = Number.isFinite(rate) && rate >= 0 ? rate : DEFAULT_PREVIEW_RATE;
+    const filesFrom = def.filesFrom === 'saved' || def.filesFrom === 'nodes' ? def.filesFrom : 'all';
+    const fileNodes = (def.fileNodes ?? '')
+      .split(',')
+      .map((name) => name.trim())
+      .filter(Boolean);
     let lastOutcome: NodeStatus = {};
     let statusTimer: NodeJS.Timeout | undefined;
     let closing = false;
@@ -108,6 +118,14 @@ export = function (RED: NodeAPI): void {
 
     function finished(msg: NodeMessage, result: JobResult, send: Send, done: Done): void {
       (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
+      if (result.outputs && filesFrom !== 'all') {
+        // Titles are read from the workflow the submit node sent along (msg.workflow).
+        const nodes =
+          filesFrom === 'nodes'
+            ? nodeIdsNamed(fileNodes, (msg as { workflow?: unknown }).workflow)
+            : undefined;
+        result.files = filesOf(result.outputs, { savedOnly: filesFrom === 'saved', nodes });
+      }
       msg.payload = result;
       if (result.status === 'completed') {
         lastOutcome = statusOk(text('status.done'));
