@@ -31,48 +31,7 @@ const definitions = (body) => helper.request().post('/graph-gen/graph-gen-config
 const convert = (body) => helper.request().post('/graph-gen/graph-gen-config/convert').send(body);
 
 /** A UI-format workflow as the graph editor saves it: a checkpoint loader wired into a titled prompt. */
-const UI_WORKFLOW = {
-  last_node_id: 2,
-  last_link_id: 1,
-  nodes: [
-    {
-      id: 1,
-      type: 'CheckpointLoaderSimple',
-      pos: [0, 0],
-      size: [315, 98],
-      flags: {},
-      order: 0,
-      mode: 0,
-      inputs: [],
-      outputs: [
-        { name: 'MODEL', type: 'MODEL', links: null, slot_index: 0 },
-        { name: 'CLIP', type: 'CLIP', links: [1], slot_index: 1 },
-        { name: 'VAE', type: 'VAE', links: null, slot_index: 2 },
-      ],
-      properties: { 'Node name for S&R': 'CheckpointLoaderSimple' },
-      widgets_values: ['v1-5-pruned-emaonly.safetensors'],
-    },
-    {
-      id: 2,
-      type: 'CLIPTextEncode',
-      title: 'Positive prompt',
-      pos: [400, 0],
-      size: [400, 200],
-      flags: {},
-      order: 1,
-      mode: 0,
-      inputs: [{ name: 'clip', type: 'CLIP', link: 1 }],
-      outputs: [{ name: 'CONDITIONING', type: 'CONDITIONING', links: null, slot_index: 0 }],
-      properties: { 'Node name for S&R': 'CLIPTextEncode' },
-      widgets_values: ['a lighthouse at dusk'],
-    },
-  ],
-  links: [[1, 1, 1, 2, 0, 'CLIP']],
-  groups: [],
-  config: {},
-  extra: {},
-  version: 0.4,
-};
+const UI_WORKFLOW = require('./fixtures/ui/checkpoint-prompt.json');
 
 describe('submit dialog endpoints (node definitions, UI-format conversion)', () => {
   let cloud;
