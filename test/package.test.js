@@ -34,7 +34,7 @@ describe('the package', () => {
   });
 
   for (const type of types) {
-    it(`${type}: built .js with its editor HTML and message catalog beside it, parsable statically`, () => {
+    it(`${type}: built .js with its editor HTML, message catalog and help beside it, parsable statically`, () => {
       const js = path.join(root, pkg['node-red'].nodes[type]);
       assert.ok(fs.existsSync(js), `${js} is built`);
       const html = fs.readFileSync(js.replace(/\.js$/, '.html'), 'utf8');
@@ -47,7 +47,12 @@ describe('the package', () => {
       assert.ok(category, 'a literal registerType with an inline category');
       assert.equal(category[1], type.endsWith('-config') ? 'config' : 'graph gen');
       assert.match(html, new RegExp(`data-template-name="${type}"`));
-      const help = new RegExp(`data-help-name="${type}"[^>]*>([\\s\\S]*?)</script>`).exec(html);
+      // Help lives in the catalog (locales/en-US/<type>.html), where Node-RED looks for it per language.
+      assert.doesNotMatch(html, /data-help-name/, 'no help left in the editor HTML');
+      const helpFile = path.join(path.dirname(js), 'locales', 'en-US', `${type}.html`);
+      const help = new RegExp(`data-help-name="${type}"[^>]*>([\\s\\S]*?)</script>`).exec(
+        fs.readFileSync(helpFile, 'utf8'),
+      );
       assert.ok(help, 'help text');
       if (!type.endsWith('-config')) {
         for (const section of ['Inputs', 'Outputs', 'Details'])
