@@ -8,7 +8,7 @@ import type { Request, Response } from 'express';
 import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '../automation/client';
 import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
-import { asServiceError, connectionTestTarget } from './node-helpers';
+import { asServiceError, catalogTexts, connectionTestTarget, type Texts } from './node-helpers';
 
 interface AutomationConfigDef extends NodeDef {
   deployment?: string;
@@ -86,7 +86,10 @@ function clientSettings(def: Partial<AutomationConfigDef>, apiKey: string | unde
 }
 
 /** One sentence about what happened when the first page was asked for with limit 1. */
-async function testConnection(settings: AutomationSettings): Promise<{ ok: boolean; message: string }> {
+async function testConnection(
+  settings: AutomationSettings,
+  texts: Texts,
+): Promise<{ ok: boolean; message: string }> {
   let client: AutomationClient;
   try {
     // One attempt and a short wait: a person is looking at the dialog.
@@ -96,36 +99,37 @@ async function testConnection(settings: AutomationSettings): Promise<{ ok: boole
       timeoutMs: 10_000,
     });
   } catch (error) {
-    return { ok: false, message: `The settings do not make an address: ${asServiceError(error).message}.` };
+    return { ok: false, message: texts('test.no-address', { message: asServiceError(error).message }) };
   }
   try {
     const page = await client.listPage({ limit: 1 });
+    const count = page.total ?? (page.nextCursor ? undefined : page.data.length);
     const listed =
-      page.total !== undefined
-        ? `it has ${page.total} workflow${page.total === 1 ? '' : 's'}`
-        : page.data.length === 0
-          ? 'it has no workflows yet'
-          : page.nextCursor
-            ? 'it lists workflows (more than one)'
-            : 'it has 1 workflow';
-    return { ok: true, message: `Connected to ${client.baseUrl}: the key was accepted and ${listed}.` };
+      count === undefined
+        ? texts('test.several')
+        : count === 0
+          ? texts('test.none')
+          : count === 1
+            ? texts('test.one')
+            : texts('test.many', { count });
+    return { ok: true, message: texts('test.connected', { url: client.baseUrl, listed }) };
   } catch (error) {
     const serviceError = asServiceError(error);
     if (serviceError.code === 'unauthorized') {
       return {
         ok: false,
-        message: `The service at ${client.baseUrl} refused the API key (HTTP ${serviceError.cause.status ?? 401}): check the key and the header name.`,
+        message: texts('test.refused', { url: client.baseUrl, status: serviceError.cause.status ?? 401 }),
       };
     }
     if (serviceError.code === 'network') {
       return {
         ok: false,
-        message: `The service at ${client.baseUrl} could not be reached: check the address and that the service is running. (${serviceError.message})`,
+        message: texts('test.unreachable', { url: client.baseUrl, message: serviceError.message }),
       };
     }
     return {
       ok: false,
-      message: `The service at ${client.baseUrl} answered with an error: ${serviceError.message}.`,
+      message: texts('test.failed', { url: client.baseUrl, message: serviceError.message }),
     };
   } finally {
     await client.close();
@@ -133,6 +137,8 @@ async function testConnection(settings: AutomationSettings): Promise<{ ok: boole
 }
 
 export = function (RED: NodeAPI) {
+  const texts = catalogTexts(RED, 'automation-config');
+
   function AutomationConfig(this: AutomationConfigNode, def: AutomationConfigDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
@@ -171,13 +177,14 @@ export = function (RED: NodeAPI) {
         'automation-config',
         ADDRESS_FIELDS,
         body,
+        texts,
       );
       if (target.refusal) {
         res.json({ ok: false, message: target.refusal });
         return;
       }
       const settings = { ...target.settings, retries: body.retries, retryDelay: body.retryDelay };
-      testConnection(clientSettings(settings, target.key)).then(
+      testConnection(clientSettings(settings, target.key), texts).then(
         (answer) => res.json(answer),
         (error: unknown) => res.json({ ok: false, message: asServiceError(error).message }),
       );

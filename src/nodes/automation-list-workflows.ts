@@ -15,7 +15,14 @@ import {
   type Workflow,
 } from '../automation/client';
 import { invalidInput } from '../http/errors';
-import { evaluateProperty, statusFailed, handleMessages, statusOk } from './node-helpers';
+import {
+  catalogTexts,
+  evaluateProperty,
+  statusFailed,
+  handleMessages,
+  statusOk,
+  type Texts,
+} from './node-helpers';
 
 interface ListWorkflowsDef extends NodeDef {
   server: string;
@@ -45,11 +52,15 @@ interface AutomationConfigNode extends Node {
 /** TypedInput types whose value is the setting itself rather than a place to read it from. */
 const LITERAL_TYPES = new Set(['', 'filter', 'num', 'str', 'bool']);
 
-function counted(count: number, more = false): NodeStatus {
-  return statusOk(`${count} workflow${count === 1 ? '' : 's'}${more ? ', more' : ''}`);
+function counted(texts: Texts, count: number, more = false): NodeStatus {
+  const key =
+    count === 1 ? (more ? 'status.one-more' : 'status.one') : more ? 'status.many-more' : 'status.many';
+  return statusOk(texts(key, { count }));
 }
 
 export = function (RED: NodeAPI) {
+  const texts = catalogTexts(RED, 'automation-list-workflows');
+
   function AutomationListWorkflows(this: Node, def: ListWorkflowsDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
@@ -58,7 +69,7 @@ export = function (RED: NodeAPI) {
     const splitPages = mode === 'all' && def.split === 'page';
     const maxPagesSetting = String(def.maxPages ?? '').trim();
     const maxPages = maxPagesSetting === '' ? DEFAULT_PAGE_CAP : Number(maxPagesSetting);
-    if (!RED.nodes.getNode(def.server)) node.status(statusFailed('no service chosen'));
+    if (!RED.nodes.getNode(def.server)) node.status(statusFailed(texts('status.no-config')));
 
     async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
       if (LITERAL_TYPES.has(type ?? '')) return value === '' ? undefined : value;
@@ -67,10 +78,8 @@ export = function (RED: NodeAPI) {
 
     function clientFor(): AutomationClient {
       const config = RED.nodes.getNode(def.server) as AutomationConfigNode | null;
-      if (!config) throw invalidInput('no automation-config is chosen in this node: pick one in its dialog');
-      if (!config.client) {
-        throw invalidInput(config.settingsError ?? 'the automation-config node has no usable address');
-      }
+      if (!config) throw invalidInput(texts('errors.no-config'));
+      if (!config.client) throw invalidInput(config.settingsError ?? texts('errors.no-address'));
       return config.client;
     }
 
@@ -91,7 +100,7 @@ export = function (RED: NodeAPI) {
           : undefined;
       const cursor = checkCursor(msg.cursor ?? msg.nextCursor ?? payloadCursor);
       if (!Number.isInteger(maxPages) || maxPages < 1) {
-        throw invalidInput(`the page cap "${maxPagesSetting}" is not a whole number of at least 1`);
+        throw invalidInput(texts('errors.bad-page-cap', { cap: maxPagesSetting }));
       }
       const client = clientFor();
       // Once the cursor is consumed the output can be wired straight back in to fetch the following page;
@@ -102,12 +111,12 @@ export = function (RED: NodeAPI) {
       };
 
       if (mode === 'page') {
-        node.status(statusOk('page…'));
+        node.status(statusOk(texts('status.page')));
         const page = await client.listPage({ active, limit, cursor }, signal);
         consumeCursor(msg);
         msg.payload = page.data;
         if (page.nextCursor !== undefined) msg.nextCursor = page.nextCursor;
-        node.status(counted(page.data.length, page.nextCursor !== undefined));
+        node.status(counted(texts, page.data.length, page.nextCursor !== undefined));
         send(msg);
         return;
       }
@@ -116,7 +125,7 @@ export = function (RED: NodeAPI) {
       const workflows: Workflow[] = [];
       const partsId = RED.util.generateId();
       let listed = 0;
-      node.status(statusOk('page 1…'));
+      node.status(statusOk(texts('status.page-number', { number: 1 })));
       for await (const page of client.walk({ active, limit }, { cursor, maxPages, signal })) {
         const fresh = filter.fresh(page.data);
         if (splitPages) {
@@ -138,9 +147,11 @@ export = function (RED: NodeAPI) {
           for (const workflow of fresh) workflows.push(workflow);
         }
         listed += fresh.length;
-        if (page.nextCursor !== undefined) node.status(statusOk(`page ${page.number + 1}…`));
+        if (page.nextCursor !== undefined) {
+          node.status(statusOk(texts('status.page-number', { number: page.number + 1 })));
+        }
       }
-      node.status(counted(listed));
+      node.status(counted(texts, listed));
       if (!splitPages) {
         consumeCursor(msg);
         msg.payload = workflows;

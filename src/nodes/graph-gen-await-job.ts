@@ -8,7 +8,7 @@ import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus
 import { invalidInput } from '../http/errors';
 import { JobTracker, type JobProgress, type JobResult } from '../generation/job-tracker';
 import { filesOf, nodeIdsNamed } from '../generation/job-outputs';
-import { evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
+import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
 import type graphGenConfig from './graph-gen-config';
 
 interface AwaitJobDef extends NodeDef {
@@ -33,32 +33,9 @@ const DEFAULT_PREVIEW_RATE = 2;
 /** The longest a Node.js timer waits (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** The catalog, for when Node-RED has not loaded it (as in node-red-node-test-helper). */
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const catalog = require('./locales/en-US/graph-gen-await-job.json') as {
-  'graph-gen-await-job': Record<string, Record<string, string>>;
-};
-
 export = function (RED: NodeAPI): void {
-  /**
-   * A runtime text from the message catalog, in English when the catalog is not loaded. Looked up once:
-   * a lookup costs tens of microseconds, and a result's status asks for one per job.
-   */
-  const texts = new Map<string, string>();
-  function text(key: string): string {
-    let found = texts.get(key);
-    if (found === undefined) {
-      const full = `graph-gen-await-job.${key}`;
-      const translated = RED._(full);
-      const [group, name] = key.split('.');
-      found =
-        translated && translated !== full
-          ? translated
-          : (catalog['graph-gen-await-job'][group]?.[name] ?? key);
-      texts.set(key, found);
-    }
-    return found;
-  }
+  // A result's status asks for a text per job: the lookups are cached.
+  const text = catalogTexts(RED, 'graph-gen-await-job');
 
   function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
     RED.nodes.createNode(this, def);
@@ -133,8 +110,8 @@ export = function (RED: NodeAPI): void {
       } else {
         const reason =
           result.status === 'failed'
-            ? (result.error?.exception_type ?? 'failed')
-            : text(`status.${result.status}`);
+            ? (result.error?.exception_type ?? text('status.failed'))
+            : text(result.status === 'cancelled' ? 'status.cancelled' : 'status.timeout');
         lastOutcome = statusFailed(reason);
         send([null, msg, null]);
       }

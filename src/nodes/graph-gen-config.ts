@@ -15,7 +15,7 @@ import { checkConnection } from '../generation/connection-check';
 import { DefinitionsCache, editorDefinitionsOf, type NodeDefinitions } from '../generation/definitions-cache';
 import { convertUiWorkflow, isUiWorkflow } from '../generation/ui-workflow';
 import { invalidInput, redact } from '../http/errors';
-import { asServiceError, connectionTestTarget } from './node-helpers';
+import { asServiceError, catalogTexts, connectionTestTarget, type Texts } from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -52,6 +52,8 @@ interface GraphGenCredentials {
 }
 
 function graphGenConfig(RED: NodeAPI): void {
+  const texts = catalogTexts(RED, 'graph-gen-config');
+
   function GraphGenConfig(this: graphGenConfig.GraphGenConfigNode, def: GraphGenConfigDef): void {
     RED.nodes.createNode(this, def);
     const credentials: GraphGenCredentials = this.credentials ?? {};
@@ -84,14 +86,20 @@ function graphGenConfig(RED: NodeAPI): void {
     },
   );
 
-  registerDialogEndpoints(RED);
+  registerDialogEndpoints(RED, texts);
 
   RED.httpAdmin.post(
     '/graph-gen/graph-gen-config/test',
     RED.auth.needsPermission('graph-gen-config.write'),
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as { id?: string; baseUrl?: string; apiKey?: string };
-      const target = connectionTestTarget<{ baseUrl: string }>(RED, 'graph-gen-config', ['baseUrl'], body);
+      const target = connectionTestTarget<{ baseUrl: string }>(
+        RED,
+        'graph-gen-config',
+        ['baseUrl'],
+        body,
+        texts,
+      );
       if (target.refusal) {
         res.json({ ok: false, code: 'invalid_input', message: target.refusal });
         return;
@@ -99,7 +107,11 @@ function graphGenConfig(RED: NodeAPI): void {
       checkConnection(String(target.settings.baseUrl ?? '').trim(), target.key).then(
         (result) => res.json(result),
         (error: unknown) =>
-          res.json({ ok: false, code: 'server_error', message: `The test failed: ${String(error)}` }),
+          res.json({
+            ok: false,
+            code: 'server_error',
+            message: texts('errors.test-failed', { error: String(error) }),
+          }),
       );
     },
   );
@@ -143,7 +155,7 @@ function asDeployed(RED: NodeAPI, body: DialogRequest): boolean {
  * `graph-gen-config.read`; typed settings or a typed key need `graph-gen-config.write`, as "test connection"
  * does. The key never goes back: answers carry definitions, a workflow or a sentence.
  */
-function registerDialogEndpoints(RED: NodeAPI): void {
+function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   const cache = new DefinitionsCache();
   const readOrWrite = (req: Request, res: Response, next: NextFunction) => {
     const permission = asDeployed(RED, (req.body ?? {}) as DialogRequest) ? 'read' : 'write';
@@ -154,10 +166,16 @@ function registerDialogEndpoints(RED: NodeAPI): void {
   async function definitionsFor(
     body: DialogRequest,
   ): Promise<{ definitions: NodeDefinitions; key?: string }> {
-    const target = connectionTestTarget<{ baseUrl: string }>(RED, 'graph-gen-config', ['baseUrl'], body);
+    const target = connectionTestTarget<{ baseUrl: string }>(
+      RED,
+      'graph-gen-config',
+      ['baseUrl'],
+      body,
+      texts,
+    );
     if (target.refusal) throw invalidInput(target.refusal);
     const baseUrl = fieldText(target.settings.baseUrl).trim();
-    if (!baseUrl) throw invalidInput('The config node has no base address: set it first.');
+    if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
     const deployed = asDeployed(RED, body)
       ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
       : null;
@@ -200,7 +218,7 @@ function registerDialogEndpoints(RED: NodeAPI): void {
     const body = (req.body ?? {}) as DialogRequest;
     answer(res, async () => {
       if (!isUiWorkflow(body.workflow)) {
-        throw invalidInput('This is not a UI-format workflow (an object with "nodes" and "links" arrays).');
+        throw invalidInput(texts('errors.not-ui'));
       }
       const { definitions, key } = await definitionsFor(body);
       const workflow = convertUiWorkflow(body.workflow, (classType) =>

@@ -6,6 +6,7 @@ import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow } from 'nod
 import { invalidInput } from '../http/errors';
 import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/downloads';
 import {
+  catalogTexts,
   evaluateProperty,
   handleMessages,
   generationConnection,
@@ -30,11 +31,13 @@ type DownloadMessage = NodeMessageInFlow & {
 };
 
 export = function (RED: NodeAPI) {
+  const texts = catalogTexts(RED, 'graph-gen-download');
+
   function GraphGenDownload(this: Node, def: DownloadDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
-    const status = showSocketTrouble(RED, node, def.server);
+    const status = showSocketTrouble(RED, node, def.server, texts);
     const mode = def.mode === 'file' ? 'file' : 'buffer';
 
     async function directoryFor(msg: DownloadMessage): Promise<string> {
@@ -43,7 +46,7 @@ export = function (RED: NodeAPI) {
           ? msg.directory
           : await evaluateProperty(RED, node, msg, def.directory, def.directoryType || 'str');
       if (typeof value !== 'string' || value.trim() === '') {
-        throw invalidInput('file mode needs a directory: set one in this node or send msg.directory');
+        throw invalidInput(texts('errors.no-directory'));
       }
       return value.trim();
     }
@@ -53,14 +56,18 @@ export = function (RED: NodeAPI) {
       send: (msg: NodeMessage) => void,
       signal: AbortSignal,
     ): Promise<void> {
-      const connection = generationConnection(RED, def.server);
+      const connection = generationConnection(RED, def.server, texts);
       const references = referencesOf(msg.payload);
-      if (references.length === 0) throw invalidInput('msg.payload names no file to download');
+      if (references.length === 0) throw invalidInput(texts('errors.no-file'));
       const directory = mode === 'file' ? await directoryFor(msg) : undefined;
       const rest = connection.rest;
       for (const [index, ref] of references.entries()) {
         status(
-          statusWaiting(references.length > 1 ? `file ${index + 1}/${references.length}…` : 'downloading…'),
+          statusWaiting(
+            references.length > 1
+              ? texts('status.file-of', { number: index + 1, count: references.length })
+              : texts('status.downloading'),
+          ),
         );
         // The last file goes out on the msg itself, earlier ones on copies.
         const out = (index === references.length - 1 ? msg : RED.util.cloneMessage(msg)) as DownloadMessage;
@@ -77,7 +84,13 @@ export = function (RED: NodeAPI) {
         out.file = ref;
         send(out);
       }
-      status(statusOk(references.length === 1 ? 'downloaded' : `${references.length} files`));
+      status(
+        statusOk(
+          references.length === 1
+            ? texts('status.downloaded')
+            : texts('status.files', { count: references.length }),
+        ),
+      );
     }
 
     handleMessages<DownloadMessage>(node, handle, status);

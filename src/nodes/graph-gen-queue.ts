@@ -6,7 +6,14 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { promptIdsOf } from '../generation/rest-client';
-import { handleMessages, generationConnection, showSocketTrouble, statusOk } from './node-helpers';
+import {
+  catalogTexts,
+  handleMessages,
+  generationConnection,
+  showSocketTrouble,
+  statusOk,
+  type Texts,
+} from './node-helpers';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
 const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
@@ -27,53 +34,54 @@ type QueueMessage = NodeMessageInFlow & {
 };
 
 /** The prompt ids to cancel: msg.prompt_id (a string or an array), else msg.payload (the same). */
-function idsToCancel(msg: QueueMessage): string[] {
+function idsToCancel(msg: QueueMessage, texts: Texts): string[] {
   const source = msg.prompt_id !== undefined ? msg.prompt_id : msg.payload;
   const list = Array.isArray(source) ? source : [source];
   const ids = list
     .map((item) => (item && typeof item === 'object' ? (item as { prompt_id?: unknown }).prompt_id : item))
     .filter((item) => item !== undefined && item !== null && item !== '');
-  if (ids.length === 0) {
-    throw invalidInput('cancel needs the prompt ids of the jobs: send msg.prompt_id (a string or an array)');
-  }
+  if (ids.length === 0) throw invalidInput(texts('errors.no-ids'));
   const bad = ids.find((id) => typeof id !== 'string');
-  if (bad !== undefined) throw invalidInput(`a prompt id to cancel is not text: ${JSON.stringify(bad)}`);
+  if (bad !== undefined) throw invalidInput(texts('errors.id-not-text', { id: JSON.stringify(bad) }));
   return ids as string[];
 }
 
 export = function (RED: NodeAPI) {
+  const texts = catalogTexts(RED, 'graph-gen-queue');
+
   function GraphGenQueue(this: Node, def: QueueDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
-    const status = showSocketTrouble(RED, node, def.server);
+    const status = showSocketTrouble(RED, node, def.server, texts);
 
     async function handle(msg: QueueMessage, signal: AbortSignal): Promise<void> {
-      const connection = generationConnection(RED, def.server);
+      const connection = generationConnection(RED, def.server, texts);
       const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
       if (!ACTIONS.includes(action as QueueAction)) {
-        throw invalidInput(`msg.action must be list, cancel or interrupt, not ${JSON.stringify(action)}`);
+        throw invalidInput(texts('errors.bad-action', { action: JSON.stringify(action) }));
       }
       if (action === 'list') {
         const queue = await connection.rest.queue(signal);
         msg.payload = queue;
         msg.running = promptIdsOf(queue.queue_running);
         msg.pending = promptIdsOf(queue.queue_pending);
-        status(statusOk(`${msg.running.length} running, ${msg.pending.length} queued`));
+        status(statusOk(texts('status.listed', { running: msg.running.length, queued: msg.pending.length })));
       } else if (action === 'cancel') {
-        const outcome = await connection.cancel(idsToCancel(msg), signal);
+        const outcome = await connection.cancel(idsToCancel(msg, texts), signal);
         msg.payload = outcome.body;
         msg.removed = outcome.removed;
         msg.interrupted = outcome.interrupted;
         msg.not_queued = outcome.notQueued;
-        status(statusOk(`cancelled ${outcome.removed.length + outcome.interrupted.length}`));
+        const count = outcome.removed.length + outcome.interrupted.length;
+        status(statusOk(texts('status.cancelled', { count })));
       } else {
         const target = msg.prompt_id;
         if (target !== undefined && target !== '' && typeof target !== 'string') {
-          throw invalidInput('msg.prompt_id must be the text id of the job to interrupt');
+          throw invalidInput(texts('errors.interrupt-id-not-text'));
         }
         msg.payload = await connection.interrupt(target || undefined, signal);
-        status(statusOk('interrupted'));
+        status(statusOk(texts('status.interrupted')));
       }
     }
 

@@ -24,6 +24,7 @@ import {
 import { convertUiWorkflow, isUiWorkflow } from '../generation/ui-workflow';
 import {
   asServiceError,
+  catalogTexts,
   handleMessages,
   generationConnection,
   showSocketTrouble,
@@ -69,6 +70,8 @@ function uiClassTypes(ui: unknown): string[] {
 const SOCKET_WAIT_MS = 5_000;
 
 export = function (RED: NodeAPI) {
+  const texts = catalogTexts(RED, 'graph-gen-submit');
+
   function GraphGenSubmit(this: Node, def: SubmitDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
@@ -76,7 +79,7 @@ export = function (RED: NodeAPI) {
     const partnerMode = def.partner === 'always' || def.partner === 'never' ? def.partner : 'auto';
     const setting = (def.workflow ?? '').trim();
     const newSeed = def.newSeed === true;
-    const status = showSocketTrouble(RED, node, def.server);
+    const status = showSocketTrouble(RED, node, def.server, texts);
     let warnedNoPartnerKey = false;
     let warnedNoDefinitions = false;
 
@@ -91,14 +94,10 @@ export = function (RED: NodeAPI) {
         try {
           return JSON.parse(setting) as unknown;
         } catch (error) {
-          throw invalidInput(
-            `The workflow set in this node is not valid JSON (${(error as Error).message}): paste an API-format workflow`,
-          );
+          throw invalidInput(texts('errors.bad-json', { error: (error as Error).message }));
         }
       }
-      throw invalidInput(
-        'No workflow: msg.payload is not a workflow (an object or JSON text) and none is set in this node',
-      );
+      throw invalidInput(texts('errors.no-workflow'));
     }
 
     /** An API-format workflow: a UI-format one is converted with the server's node definitions. */
@@ -108,7 +107,7 @@ export = function (RED: NodeAPI) {
       signal: AbortSignal,
     ): Promise<Workflow> {
       if (!isUiWorkflow(raw)) return validateWorkflow(raw);
-      status(statusWaiting('converting…'));
+      status(statusWaiting(texts('status.converting')));
       let definitions: Record<string, NodeTypeDefinition>;
       try {
         definitions = await connection.rest.definitionsFor(uiClassTypes(raw), signal);
@@ -117,7 +116,7 @@ export = function (RED: NodeAPI) {
         const cause = asServiceError(error);
         throw new ServiceError(
           cause.code,
-          `The workflow is in UI format (as the graph editor saves it), and converting it needs the server's node definitions, which could not be read: ${cause.message}. Export it in API format instead, or try again`,
+          texts('errors.ui-no-definitions', { message: cause.message }),
           cause.cause,
         );
       }
@@ -129,17 +128,19 @@ export = function (RED: NodeAPI) {
       if (warnedNoDefinitions) return;
       warnedNoDefinitions = true;
       const consequences = [
-        partnerAuto &&
-          'partner nodes cannot be told: workflows are sent without the partner key unless msg.partner is true',
-        newSeed && 'seed inputs are told by name: number inputs named seed or noise_seed get new values',
+        partnerAuto && texts('warnings.partner-untold'),
+        newSeed && texts('warnings.seeds-by-name'),
       ].filter(Boolean);
       node.warn(
-        `The node definitions could not be read (${asServiceError(error).message}), so ${consequences.join('; and ')}`,
+        texts('warnings.no-definitions', {
+          error: asServiceError(error).message,
+          consequences: consequences.join(texts('warnings.and')),
+        }),
       );
     }
 
     async function handle(msg: SubmitMessage, signal: AbortSignal): Promise<void> {
-      const connection = generationConnection(RED, def.server);
+      const connection = generationConnection(RED, def.server, texts);
       const template = await apiWorkflow(templateFor(msg), connection, signal);
       const overrides = resolveOverrides(template, msg.inputs);
       const prompt: Workflow = validateWorkflow(applyOverrides(template, overrides));
@@ -148,7 +149,7 @@ export = function (RED: NodeAPI) {
       let sendPartnerKey = partnerMode === 'always' || (partnerMode === 'auto' && msg.partner === true);
       const findPartnerNodes = partnerMode === 'auto' && !sendPartnerKey && Boolean(partnerKey);
       if (def.check || findPartnerNodes || newSeed) {
-        status(statusWaiting('checking…'));
+        status(statusWaiting(texts('status.checking')));
         let definitions: Record<string, NodeTypeDefinition> | undefined;
         try {
           definitions = await connection.rest.definitionsFor(classTypesOf(prompt), signal);
@@ -174,21 +175,17 @@ export = function (RED: NodeAPI) {
       }
       if (sendPartnerKey && !partnerKey) {
         if (partnerMode === 'always') {
-          throw invalidInput(
-            'This node always sends the partner key, but the config node has none: set it there',
-          );
+          throw invalidInput(texts('errors.no-partner-key'));
         }
         if (!warnedNoPartnerKey) {
           warnedNoPartnerKey = true;
-          node.warn(
-            'The workflow has partner nodes but the config node has no partner key; it is sent without one',
-          );
+          node.warn(texts('warnings.no-partner-key'));
         }
       }
       const extraData =
         sendPartnerKey && partnerKey ? { [connection.settings.partnerKeyField]: partnerKey } : undefined;
 
-      status(statusWaiting('submitting…'));
+      status(statusWaiting(texts('status.submitting')));
       // Wait (bounded) for the shared socket so no event of the new job is missed; without it the job is
       // still submitted and carried by status polling.
       await connection
@@ -201,7 +198,7 @@ export = function (RED: NodeAPI) {
       msg.prompt_id = result.prompt_id;
       msg.payload = result;
       msg.workflow = prompt;
-      status(statusOk(`submitted ${result.prompt_id.slice(0, 8)}`));
+      status(statusOk(texts('status.submitted', { id: result.prompt_id.slice(0, 8) })));
     }
 
     handleMessages<SubmitMessage>(

@@ -12,12 +12,14 @@ import {
   type UrlLimits,
 } from '../generation/upload-source';
 import {
+  catalogTexts,
   evaluateProperty,
   handleMessages,
   generationConnection,
   showSocketTrouble,
   statusWaiting,
   statusOk,
+  type Texts,
 } from './node-helpers';
 
 interface UploadDef extends NodeDef {
@@ -41,11 +43,11 @@ type UploadMessage = NodeMessageInFlow & {
   original_ref?: unknown;
 };
 
-function booleanOf(value: unknown, name: string): boolean {
+function booleanOf(value: unknown, name: string, texts: Texts): boolean {
   if (typeof value === 'boolean') return value;
   if (value === 'true') return true;
   if (value === 'false') return false;
-  throw invalidInput(`${name} must be true or false`);
+  throw invalidInput(texts('errors.not-boolean', { name }));
 }
 
 /** A positive number setting, or its default when unset or not a positive number. */
@@ -55,6 +57,8 @@ function positive(value: unknown, fallback: number): number {
 }
 
 export = function (RED: NodeAPI) {
+  const texts = catalogTexts(RED, 'graph-gen-upload');
+
   function GraphGenUpload(this: Node, def: UploadDef) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
@@ -65,10 +69,10 @@ export = function (RED: NodeAPI) {
       maxBytes: Math.round(positive(def.urlLimit, DEFAULT_URL_LIMITS.maxBytes / 2 ** 20) * 2 ** 20),
       timeoutMs: Math.round(positive(def.urlTimeout, DEFAULT_URL_LIMITS.timeoutMs / 1000) * 1000),
     };
-    const status = showSocketTrouble(RED, node, def.server);
+    const status = showSocketTrouble(RED, node, def.server, texts);
 
     async function handle(msg: UploadMessage, signal: AbortSignal): Promise<void> {
-      const connection = generationConnection(RED, def.server);
+      const connection = generationConnection(RED, def.server, texts);
       const filenameSetting = await evaluateProperty(
         RED,
         node,
@@ -77,22 +81,24 @@ export = function (RED: NodeAPI) {
         def.filenameType || 'msg',
       );
       if (filenameSetting !== undefined && filenameSetting !== '' && typeof filenameSetting !== 'string') {
-        throw invalidInput('the file name to store must be text (msg.filename)');
+        throw invalidInput(texts('errors.filename-not-text'));
       }
       const type = msg.type ?? (def.uploadType || 'input');
       if (type !== 'input' && type !== 'temp')
-        throw invalidInput(`msg.type must be "input" or "temp", not "${String(type)}"`);
+        throw invalidInput(texts('errors.bad-type', { type: String(type) }));
       const overwrite =
-        msg.overwrite !== undefined ? booleanOf(msg.overwrite, 'msg.overwrite') : def.overwrite !== false;
+        msg.overwrite !== undefined
+          ? booleanOf(msg.overwrite, 'msg.overwrite', texts)
+          : def.overwrite !== false;
       const mask = def.mode === 'mask' || msg.original_ref !== undefined;
       const source = await readUploadSource(msg.payload, payloadIs, {
         filename: (filenameSetting as string | undefined) || undefined,
         limits,
         signal,
-        onFetch: () => status(statusWaiting('fetching…')),
+        onFetch: () => status(statusWaiting(texts('status.fetching'))),
       });
       try {
-        status(statusWaiting(mask ? 'uploading mask…' : 'uploading…'));
+        status(statusWaiting(texts(mask ? 'status.uploading-mask' : 'status.uploading')));
         const result = await connection.rest.upload({
           source: source.source,
           filename: source.name,
@@ -104,7 +110,7 @@ export = function (RED: NodeAPI) {
         });
         msg.payload = result;
         msg.filename = result.name;
-        status(statusOk(`uploaded ${result.name}`));
+        status(statusOk(texts('status.uploaded', { name: result.name })));
       } finally {
         await source.release();
       }

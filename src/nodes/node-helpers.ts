@@ -2,11 +2,68 @@
  * The few things every node file does alike: evaluate a TypedInput, report a failure so a Catch node sees
  * it, and keep status texts short. Node files stay thin by calling these.
  */
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import type { Node, NodeAPI, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { GenerationConnection } from '../generation/connection';
 import type { ConnectionState } from '../generation/socket-manager';
 import type { GraphGenConfigNode } from './graph-gen-config';
+
+/** Values for a catalog text's `__name__` placeholders. */
+export type TextValues = Record<string, string | number>;
+
+/** A node type's runtime text by its key in the type's catalog (`status.done`), with placeholders filled. */
+export type Texts = (key: string, values?: TextValues) => string;
+
+/** The English catalogs beside the built node files, read once per type. */
+const englishCatalogs = new Map<string, Record<string, unknown>>();
+
+function englishText(type: string, key: string): string | undefined {
+  let catalog = englishCatalogs.get(type);
+  if (!catalog) {
+    try {
+      const file = path.join(__dirname, 'locales', 'en-US', `${type}.json`);
+      catalog = (JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, Record<string, unknown>>)[type];
+    } catch {
+      catalog = undefined;
+    }
+    catalog ??= {};
+    englishCatalogs.set(type, catalog);
+  }
+  let found: unknown = catalog;
+  for (const part of key.split('.')) found = (found as Record<string, unknown> | undefined)?.[part];
+  return typeof found === 'string' ? found : undefined;
+}
+
+function fill(template: string, values: TextValues): string {
+  return template.replace(/__(\w+)__/g, (placeholder, name: string) =>
+    Object.hasOwn(values, name) ? String(values[name]) : placeholder,
+  );
+}
+
+/**
+ * The runtime texts (statuses, error sentences) of one node type from its message catalog
+ * (`nodes/locales/<lang>/<type>.json`) in the runtime's language, in English when Node-RED has not loaded
+ * the catalog (node-red-node-test-helper does not). Each key is looked up once: a lookup costs tens of
+ * microseconds and statuses are set per message. Placeholders are `__name__`, as Node-RED writes them.
+ */
+export function catalogTexts(RED: NodeAPI, type: string): Texts {
+  const templates = new Map<string, string>();
+  return (key, values) => {
+    let template = templates.get(key);
+    if (template === undefined) {
+      const full = `${type}.${key}`;
+      const translated = RED._(full);
+      template =
+        typeof translated === 'string' && translated !== '' && translated !== full
+          ? translated
+          : (englishText(type, key) ?? key);
+      templates.set(key, template);
+    }
+    return values ? fill(template, values) : template;
+  };
+}
 
 /** Evaluates a TypedInput property for one message (callback form: JSONata and async context need it). */
 export function evaluateProperty(
@@ -161,6 +218,7 @@ export function connectionTestTarget<S extends object>(
   type: string,
   fields: Array<keyof S & string>,
   body: Partial<S> & { id?: unknown; apiKey?: unknown },
+  texts: Texts,
 ): ConnectionTestTarget<Partial<S>> {
   let saved: Record<string, unknown> | undefined;
   if (typeof body.id === 'string' && body.id) {
@@ -187,29 +245,23 @@ export function connectionTestTarget<S extends object>(
   }
   const settings = Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
   if (fields.some((field) => /\$\{/.test(text(body[field])))) {
-    return {
-      settings,
-      refusal:
-        'The settings name an environment variable (${...}): deploy the config node first, then test it; the dialog does not read the server environment into an address.',
-    };
+    return { settings, refusal: texts('errors.env-in-settings') };
   }
   return { settings, key: resolveEnvReference(typed) || undefined };
 }
 
 /** The connection of a generation node's config node, or a refusal that says to pick one. */
-export function generationConnection(RED: NodeAPI, serverId: string): GenerationConnection {
+export function generationConnection(RED: NodeAPI, serverId: string, texts: Texts): GenerationConnection {
   const config = RED.nodes.getNode(serverId) as GraphGenConfigNode | null;
   if (config?.settingsError) throw invalidInput(config.settingsError);
-  if (!config?.connection) {
-    throw invalidInput('no graph-gen-config is chosen in this node: pick one in its dialog');
-  }
+  if (!config?.connection) throw invalidInput(texts('errors.no-config'));
   return config.connection;
 }
 
 /** What the shared socket's trouble looks like in a node's status (await-job uses the same words). */
-function troubleStatus(state: ConnectionState): NodeStatus | undefined {
-  if (state === 'unauthorized') return statusFailed('unauthorized');
-  if (state === 'down') return statusWaiting('reconnecting');
+function troubleStatus(state: ConnectionState, texts: Texts): NodeStatus | undefined {
+  if (state === 'unauthorized') return statusFailed(texts('status.unauthorized'));
+  if (state === 'down') return statusWaiting(texts('status.reconnecting'));
   return undefined;
 }
 
@@ -220,21 +272,21 @@ function troubleStatus(state: ConnectionState): NodeStatus | undefined {
  * (`connecting`) does not end the trouble, so the status does not flicker between attempts. Registers
  * with the socket manager without opening the socket, and frees the registration when the node closes.
  */
-export function showSocketTrouble(RED: NodeAPI, node: Node, serverId: string): StatusFunction {
+export function showSocketTrouble(RED: NodeAPI, node: Node, serverId: string, texts: Texts): StatusFunction {
   const connection = (RED.nodes.getNode(serverId) as GraphGenConfigNode | null)?.connection;
   if (!connection) return (status) => node.status(status);
   let own: NodeStatus = {};
   let trouble: NodeStatus | undefined;
   const show = (state: ConnectionState): void => {
     if (state === 'connecting' && trouble) return;
-    const next = troubleStatus(state);
+    const next = troubleStatus(state, texts);
     if (next?.text === trouble?.text) return;
     trouble = next;
     node.status(trouble ?? own);
   };
   const sockets = connection.sockets();
   const deregister = sockets.register({ onConnectionState: (state) => show(state) });
-  if (troubleStatus(sockets.state)) show(sockets.state);
+  if (troubleStatus(sockets.state, texts)) show(sockets.state);
   node.on('close', () => deregister());
   return (status) => {
     own = status;
