@@ -184,12 +184,63 @@ function solidPng(width, height, [r, g, b, a]) {
   ]);
 }
 
+const DASHBOARD = '@flowfuse/node-red-dashboard';
+
+/** The folder of this repo's devDependency copy of the dashboard package, if installed. */
+function dashboardDevCopy() {
+  try {
+    return path.dirname(require.resolve(`${DASHBOARD}/package.json`, { paths: [root] }));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The dashboard example (08) needs FlowFuse Dashboard 2.0 in the user dir. This repo's devDependency copy is
+ * linked when there is one (tests, a clone with dev dependencies: no network, the version package-lock.json
+ * pins); otherwise npm installs the range package.json names into the user dir. Once there, it is left alone:
+ * a user who updated it through Manage palette keeps their version.
+ */
+function ensureDashboard(
+  userDir,
+  {
+    devCopy = dashboardDevCopy(),
+    install = spawnSync,
+    log = (line) => process.stdout.write(`${line}\n`),
+  } = {},
+) {
+  const target = path.join(userDir, 'node_modules', ...DASHBOARD.split('/'));
+  if (fs.existsSync(path.join(target, 'package.json'))) return { dashboard: 'present' };
+  if (devCopy) {
+    // A dangling link (the copy it pointed at has gone) would make existsSync above false: replace it.
+    fs.rmSync(target, { recursive: true, force: true });
+    fs.mkdirSync(path.dirname(target), { recursive: true });
+    fs.symlinkSync(devCopy, target, 'dir');
+    return { dashboard: 'linked' };
+  }
+  const range = require(path.join(root, 'package.json')).devDependencies?.[DASHBOARD] || 'latest';
+  log(`installing ${DASHBOARD}@${range} into ${userDir} for the dashboard example (npm install)...`);
+  const result = install(
+    'npm',
+    ['install', '--prefix', userDir, '--no-audit', '--no-fund', '--save', `${DASHBOARD}@${range}`],
+    { cwd: userDir, stdio: 'inherit', shell: process.platform === 'win32' },
+  );
+  if (result.status !== 0) {
+    throw new Error(
+      `npm could not install ${DASHBOARD} into ${userDir} (exit ${result.status}); install it there by hand ` +
+        `(npm install --prefix ${userDir} ${DASHBOARD}) or remove examples/08-prompt-to-picture-page.json`,
+    );
+  }
+  return { dashboard: 'installed' };
+}
+
 /**
  * Prepares a user dir: settings.js, the package linked into node_modules, sample input images, and (unless the
  * user has deployed edits since, or `flows: 'keep'`) a flows file with every example. `flows: 'none'` leaves
- * the workspace empty (the browser tests import the examples themselves).
+ * the workspace empty (the browser tests import the examples themselves). The dashboard package is put in
+ * either way (see ensureDashboard; `dashboard` passes it its options), so every example can be imported.
  */
-function prepareUserDir(userDir, { port, services, flows = 'examples', reset = false }) {
+function prepareUserDir(userDir, { port, services, flows = 'examples', reset = false, dashboard = {} }) {
   fs.mkdirSync(path.join(userDir, 'node_modules', '@graph-gen'), { recursive: true });
   fs.writeFileSync(path.join(userDir, 'settings.js'), settingsFile({ port }));
   if (!fs.existsSync(path.join(userDir, 'package.json'))) {
@@ -198,6 +249,8 @@ function prepareUserDir(userDir, { port, services, flows = 'examples', reset = f
       JSON.stringify({ name: 'node-red-user', private: true }, null, 2),
     );
   }
+  // Before the link below: an npm install into the user dir removes packages its package.json does not list.
+  ensureDashboard(userDir, dashboard);
   const link = path.join(userDir, 'node_modules', ...PACKAGE_NAME.split('/'));
   let linked = false;
   try {
@@ -437,6 +490,7 @@ async function startEverything({ services, children, port, userDir, reset, isSto
     [
       '',
       `  Node-RED editor:     ${nodeRed.url}`,
+      `  dashboard page:      ${nodeRed.url}dashboard (example 08, FlowFuse Dashboard 2.0)`,
       `  generation service:  ${describe(services.generation)}`,
       `  automation service:  ${describe(services.automation)}`,
       `  user dir:            ${path.relative(process.cwd(), userDir) || userDir}`,
@@ -454,6 +508,7 @@ module.exports = {
   buildCredentials,
   readExamples,
   prepareUserDir,
+  ensureDashboard,
   startSandboxProcess,
   startNodeRed,
   stopProcesses,

@@ -150,7 +150,7 @@ describe('examples: every example flow runs against the sandbox', function () {
     }
   });
 
-  it('ships the seven examples, each with a comment node that says what to configure', () => {
+  it('ships the eight examples, each with a comment node that says what to configure', () => {
     assert.deepStrictEqual(Object.keys(examples), [
       '01-text-to-image',
       '02-image-to-image',
@@ -159,6 +159,7 @@ describe('examples: every example flow runs against the sandbox', function () {
       '05-queue-control',
       '06-scheduled-workflow-summary',
       '07-manual-paging',
+      '08-prompt-to-picture-page',
     ]);
     const used = new Set();
     for (const [name, nodes] of Object.entries(examples)) {
