@@ -1,6 +1,8 @@
+#!/usr/bin/env node
 /**
  * Runs the sandbox as a process of its own: `node dist/sandbox/cli.js [options]`. `npm start` and the browser
- * tests use it so the example flows have both services to talk to with nothing configured.
+ * tests use it so the example flows have both services to talk to with nothing configured. The package ships
+ * it as the `graph-gen-sandbox` command, so users can try the nodes and their flows without an account.
  *
  * Options (each also readable from the environment variable in brackets):
  *   --port <n>             [SANDBOX_PORT]             port on 127.0.0.1 (default 0: any free port)
@@ -20,12 +22,55 @@ export interface CliOptions {
   automationKey?: string;
 }
 
-const FLAGS: Record<string, { env: string; key: keyof CliOptions }> = {
-  '--port': { env: 'SANDBOX_PORT', key: 'port' },
-  '--workflows': { env: 'SANDBOX_WORKFLOWS', key: 'workflows' },
-  '--generation-key': { env: 'SANDBOX_GENERATION_KEY', key: 'generationKey' },
-  '--automation-key': { env: 'SANDBOX_AUTOMATION_KEY', key: 'automationKey' },
+const FLAGS: Record<string, { env: string; key: keyof CliOptions; arg: string; help: string }> = {
+  '--port': {
+    env: 'SANDBOX_PORT',
+    key: 'port',
+    arg: '<n>',
+    help: 'port on 127.0.0.1 (default 0: any free port)',
+  },
+  '--workflows': {
+    env: 'SANDBOX_WORKFLOWS',
+    key: 'workflows',
+    arg: '<n>',
+    help: 'automation workflows to seed (default 42)',
+  },
+  '--generation-key': {
+    env: 'SANDBOX_GENERATION_KEY',
+    key: 'generationKey',
+    arg: '<key>',
+    help: 'key the generation service expects; none = self-hosted',
+  },
+  '--automation-key': {
+    env: 'SANDBOX_AUTOMATION_KEY',
+    key: 'automationKey',
+    arg: '<key>',
+    help: 'key the automation service expects; none = any key',
+  },
 };
+
+/** What `--help` prints: a user who installed the package meets the sandbox as a command, not as source. */
+export function usage(): string {
+  const lines = Object.entries(FLAGS).map(
+    ([flag, { env, arg, help }]) => `  ${`${flag} ${arg}`.padEnd(25)}${help} (or ${env})`,
+  );
+  return [
+    'usage: graph-gen-sandbox [options]',
+    '',
+    'A local stand-in for the generation service and the automation service, for trying',
+    "@graph-gen/node-red's nodes and example flows without an account or a GPU. It runs",
+    'workflows of the common node types (checkpoint loader, text encode, KSampler, VAE, LoRA,',
+    'load/save/preview image: those of the examples) and answers with placeholder images.',
+    'Ctrl-C stops it.',
+    '',
+    ...lines,
+    '  --help                   this text',
+    '',
+    "Point a graph-gen-config node's base address at the printed address (no API key unless",
+    "--generation-key is given), and an automation-config node's cloud instance address at it.",
+    '',
+  ].join('\n');
+}
 
 function wholeNumber(name: string, text: string): number {
   const value = Number(text);
@@ -56,6 +101,10 @@ export function parseCliOptions(argv: string[], env: NodeJS.ProcessEnv): CliOpti
 }
 
 async function main(): Promise<void> {
+  if (process.argv.slice(2).some((arg) => arg === '--help' || arg === '-h')) {
+    process.stdout.write(usage());
+    return;
+  }
   const options = parseCliOptions(process.argv.slice(2), process.env);
   const sandbox = await startSandbox({
     port: options.port,
