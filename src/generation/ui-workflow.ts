@@ -72,6 +72,23 @@ function idText(value: unknown): string | undefined {
   return undefined;
 }
 
+/** Editor-only nodes (notes, reroutes, primitives): never sent, never in object_info. */
+function isEditorOnly(type: string): boolean {
+  return NOTE_TYPES.has(type) || type === REROUTE_TYPE || type === PRIMITIVE_TYPE;
+}
+
+/**
+ * The server's class types a UI-format workflow names (its nodes' `type`), without the editor's own: what
+ * to read definitions for. Asking for an editor-only type would be a miss, and a miss re-reads object_info.
+ */
+export function uiClassTypes(ui: unknown): string[] {
+  const nodes = isRecord(ui) && Array.isArray(ui.nodes) ? ui.nodes : [];
+  const types = nodes.map((node) => (isRecord(node) ? node.type : undefined));
+  return [
+    ...new Set(types.filter((type): type is string => typeof type === 'string' && !isEditorOnly(type))),
+  ];
+}
+
 /** Whether a value is a UI-format workflow (as the graph editor saves it: `nodes` and `links` arrays). */
 export function isUiWorkflow(value: unknown): boolean {
   return isRecord(value) && Array.isArray(value.nodes) && Array.isArray(value.links);
@@ -308,7 +325,7 @@ export function convertUiWorkflow(
   const problems: string[] = [];
   const definitions = new Map<string, unknown>();
   for (const node of nodes.values()) {
-    if (NOTE_TYPES.has(node.type) || node.type === REROUTE_TYPE || node.type === PRIMITIVE_TYPE) continue;
+    if (isEditorOnly(node.type)) continue;
     if (subgraphIds.has(node.type)) {
       const named = node.title ? `node "${node.id}" ("${node.title}")` : `node "${node.id}"`;
       problems.push(

@@ -10,7 +10,7 @@ import type { GenerationConnection } from '../generation/connection';
 import type { NodeTypeDefinition } from '../generation/workflow';
 import {
   applyNewSeeds,
-  applyOverrides,
+  applyResolvedOverrides,
   checkAgainstDefinitions,
   classTypesOf,
   looksLikeWorkflow,
@@ -21,7 +21,7 @@ import {
   validateWorkflow,
   type Workflow,
 } from '../generation/workflow';
-import { convertUiWorkflow, isUiWorkflow } from '../generation/ui-workflow';
+import { convertUiWorkflow, isUiWorkflow, uiClassTypes } from '../generation/ui-workflow';
 import {
   asServiceError,
   catalogTexts,
@@ -48,23 +48,6 @@ type SubmitMessage = NodeMessageInFlow & {
   workflow?: unknown;
   seeds?: unknown;
 };
-
-/**
- * Node types of the graph editor itself: never in object_info, so asking for them would make every submit
- * re-read the definitions (a miss refreshes them once a minute). The converter handles them on its own.
- */
-const EDITOR_ONLY_TYPES = new Set(['Note', 'MarkdownNote', 'Reroute', 'PrimitiveNode']);
-
-/** The server's class types a UI-format workflow names: its nodes' `type` (the converter refuses subgraphs). */
-function uiClassTypes(ui: unknown): string[] {
-  const nodes = (ui as { nodes: unknown[] }).nodes;
-  const types = nodes.map((node) => (node as { type?: unknown } | null)?.type);
-  return [
-    ...new Set(
-      types.filter((type): type is string => typeof type === 'string' && !EDITOR_ONLY_TYPES.has(type)),
-    ),
-  ];
-}
 
 /** How long a submit waits for the shared socket, so no event of the new job is missed. */
 const SOCKET_WAIT_MS = 5_000;
@@ -143,7 +126,7 @@ export = function (RED: NodeAPI) {
       const connection = generationConnection(RED, def.server, texts);
       const template = await apiWorkflow(templateFor(msg), connection, signal);
       const overrides = resolveOverrides(template, msg.inputs);
-      const prompt: Workflow = validateWorkflow(applyOverrides(template, overrides));
+      const prompt: Workflow = validateWorkflow(applyResolvedOverrides(template, overrides));
 
       const partnerKey = connection.settings.partnerKey;
       let sendPartnerKey = partnerMode === 'always' || (partnerMode === 'auto' && msg.partner === true);
