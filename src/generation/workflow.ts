@@ -150,7 +150,11 @@ export function resolveOverrides(workflow: Workflow, overrides: unknown): InputO
 
 /** A deep copy of the workflow with the overrides (keyed by node id or title) applied; the template is never changed. */
 export function applyOverrides(workflow: Workflow, overrides: unknown): Workflow {
-  const resolved = resolveOverrides(workflow, overrides);
+  return applyResolvedOverrides(workflow, resolveOverrides(workflow, overrides));
+}
+
+/** The same, for overrides `resolveOverrides` already keyed by node id (the submit node keeps them for seeds). */
+export function applyResolvedOverrides(workflow: Workflow, resolved: InputOverrides): Workflow {
   const copy = structuredClone(workflow);
   for (const [id, inputs] of Object.entries(resolved)) {
     for (const [input, inputValue] of Object.entries(inputs)) {
