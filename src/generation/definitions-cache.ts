@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { HttpClient } from '../http/client';
 import { ServiceError } from '../http/errors';
-import { inputSpecsOf, type InputSpec } from './node-definitions';
+import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import { GenerationRestClient } from './rest-client';
 import type { NodeTypeDefinition } from './workflow';
 
@@ -86,9 +86,8 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
 export function editorDefinitionsOf(definitions: NodeDefinitions): Record<string, EditorDefinition> {
   const result: Record<string, EditorDefinition> = {};
   for (const [classType, definition] of Object.entries(definitions)) {
-    const record = (definition ?? {}) as { display_name?: unknown };
     result[classType] = {
-      title: typeof record.display_name === 'string' && record.display_name ? record.display_name : classType,
+      title: displayNameOf(definition, classType),
       inputs: inputSpecsOf(definition).filter((spec) => spec.widget),
     };
   }

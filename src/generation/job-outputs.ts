@@ -5,6 +5,8 @@
  * `setOwn`: a node id such as `__proto__` is a key like any other and never reaches Object.prototype.
  */
 
+import { titleOf, type WorkflowNode } from './workflow';
+
 export type JobOutputs = Record<string, Record<string, unknown>>;
 
 export interface FileReference {
@@ -84,19 +86,23 @@ export function setOwn<T>(target: Record<string, T>, key: string, value: T): voi
  * is taken as an id, as the service reports outputs by id.
  */
 export function nodeIdsNamed(names: readonly string[], workflow: unknown): Set<string> {
-  const nodes =
+  const nodes: Record<string, unknown> =
     workflow && typeof workflow === 'object' && !Array.isArray(workflow)
-      ? (workflow as Record<string, { _meta?: { title?: unknown } } | undefined>)
+      ? (workflow as Record<string, unknown>)
       : {};
+  const titled = (id: string, name: string): boolean => {
+    const node = nodes[id];
+    return node !== null && typeof node === 'object' && titleOf(node as WorkflowNode) === name;
+  };
   const ids = new Set<string>();
   for (const name of names) {
     if (Object.hasOwn(nodes, name)) {
       ids.add(name);
       continue;
     }
-    const titled = Object.keys(nodes).filter((id) => nodes[id]?._meta?.title === name);
-    if (titled.length === 0) ids.add(name);
-    for (const id of titled) ids.add(id);
+    const matching = Object.keys(nodes).filter((id) => titled(id, name));
+    if (matching.length === 0) ids.add(name);
+    for (const id of matching) ids.add(id);
   }
   return ids;
 }
