@@ -15,7 +15,13 @@ import { checkConnection } from '../generation/connection-check';
 import { DefinitionsCache, editorDefinitionsOf, type NodeDefinitions } from '../generation/definitions-cache';
 import { convertUiWorkflow, isUiWorkflow } from '../generation/ui-workflow';
 import { invalidInput, redact } from '../http/errors';
-import { asServiceError, catalogTexts, connectionTestTarget, type Texts } from './node-helpers';
+import {
+  asServiceError,
+  catalogTexts,
+  connectionTestTarget,
+  type ConnectionTestTarget,
+  type Texts,
+} from './node-helpers';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -127,28 +133,6 @@ interface DialogRequest {
   workflow?: unknown;
 }
 
-/** What an editor's field holds, as text ('' for nothing), the way connectionTestTarget compares settings. */
-function fieldText(value: unknown): string {
-  return value === undefined || value === null ? '' : String(value);
-}
-
-/**
- * Whether a dialog asks about a deployed config node exactly as it was saved, with no key of its own: then
- * it only reads what the deployed node may read anyway. Anything else (a typed key, a typed address) tells
- * Node-RED to send a key to an address, which asks for the right to change config nodes.
- */
-function asDeployed(RED: NodeAPI, body: DialogRequest): boolean {
-  if (typeof body.id !== 'string' || !body.id) return false;
-  if (typeof body.apiKey === 'string' && body.apiKey !== '__PWRD__') return false;
-  let same = false;
-  RED.nodes.eachNode((config) => {
-    const saved = config as unknown as { id: string; type: string; baseUrl?: unknown };
-    if (saved.id === body.id && saved.type === 'graph-gen-config')
-      same = fieldText(saved.baseUrl) === fieldText(body.baseUrl);
-  });
-  return same;
-}
-
 /**
  * The submit dialog's endpoints: the server's node definitions (for the form) and the conversion of a
  * UI-format workflow (with those definitions). Reading a deployed node as saved needs
@@ -157,15 +141,11 @@ function asDeployed(RED: NodeAPI, body: DialogRequest): boolean {
  */
 function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   const cache = new DefinitionsCache();
+  /** Which settings and key a dialog's request names, worked out once per request (kept in res.locals). */
+  const targetOf = (res: Response): ConnectionTestTarget<Partial<{ baseUrl: string }>> =>
+    res.locals.target as ConnectionTestTarget<Partial<{ baseUrl: string }>>;
   const readOrWrite = (req: Request, res: Response, next: NextFunction) => {
-    const permission = asDeployed(RED, (req.body ?? {}) as DialogRequest) ? 'read' : 'write';
-    RED.auth.needsPermission(`graph-gen-config.${permission}`)(req, res, next);
-  };
-
-  /** The definitions the dialog's settings name, and the key they were read with (to keep it out of answers). */
-  async function definitionsFor(
-    body: DialogRequest,
-  ): Promise<{ definitions: NodeDefinitions; key?: string }> {
+    const body = (req.body ?? {}) as DialogRequest;
     const target = connectionTestTarget<{ baseUrl: string }>(
       RED,
       'graph-gen-config',
@@ -173,10 +153,19 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
       body,
       texts,
     );
+    res.locals.target = target;
+    RED.auth.needsPermission(`graph-gen-config.${target.asSaved ? 'read' : 'write'}`)(req, res, next);
+  };
+
+  /** The definitions the dialog's settings name, and the key they were read with (to keep it out of answers). */
+  async function definitionsFor(
+    body: DialogRequest,
+    target: ConnectionTestTarget<Partial<{ baseUrl: string }>>,
+  ): Promise<{ definitions: NodeDefinitions; key?: string }> {
     if (target.refusal) throw invalidInput(target.refusal);
-    const baseUrl = fieldText(target.settings.baseUrl).trim();
+    const baseUrl = String(target.settings.baseUrl ?? '').trim();
     if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
-    const deployed = asDeployed(RED, body)
+    const deployed = target.asSaved
       ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
       : null;
     const definitions = await cache.get(
@@ -208,7 +197,7 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as DialogRequest;
       answer(res, async () => {
-        const { definitions, key } = await definitionsFor(body);
+        const { definitions, key } = await definitionsFor(body, targetOf(res));
         return { result: { definitions: editorDefinitionsOf(definitions) }, key };
       });
     },
@@ -220,7 +209,7 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
       if (!isUiWorkflow(body.workflow)) {
         throw invalidInput(texts('errors.not-ui'));
       }
-      const { definitions, key } = await definitionsFor(body);
+      const { definitions, key } = await definitionsFor(body, targetOf(res));
       const workflow = convertUiWorkflow(body.workflow, (classType) =>
         Object.hasOwn(definitions, classType) ? definitions[classType] : undefined,
       );

@@ -203,6 +203,11 @@ export interface ConnectionTestTarget<S> {
   key?: string;
   /** Why the test cannot be made as asked, in a sentence (then nothing is sent). */
   refusal?: string;
+  /**
+   * The dialog shows a deployed node's settings as saved and typed no key: what it asks reaches only what
+   * the deployed node reaches anyway (a read, not a change of where a key goes).
+   */
+  asSaved: boolean;
 }
 
 /**
@@ -241,13 +246,13 @@ export function connectionTestTarget<S extends object>(
     ) as Partial<S>;
     const stored = (RED.nodes.getCredentials(body.id as string) as { apiKey?: string } | undefined)?.apiKey;
     const key = typed !== undefined ? typed : stored;
-    return { settings, key: resolveEnvReference(key) || undefined };
+    return { settings, key: resolveEnvReference(key) || undefined, asSaved: typed === undefined };
   }
   const settings = Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
   if (fields.some((field) => /\$\{/.test(text(body[field])))) {
-    return { settings, refusal: texts('errors.env-in-settings') };
+    return { settings, refusal: texts('errors.env-in-settings'), asSaved: false };
   }
-  return { settings, key: resolveEnvReference(typed) || undefined };
+  return { settings, key: resolveEnvReference(typed) || undefined, asSaved: false };
 }
 
 /** The connection of a generation node's config node, or a refusal that says to pick one. */
