@@ -66,34 +66,35 @@ export function parseBinaryFrame(data: Buffer, maxBytes = DEFAULT_MAX_FRAME_BYTE
   if (data.length < 8) return rejected(`short frame (${data.length} bytes)`);
   const type = data.readUInt32BE(0);
   const word = data.readUInt32BE(4);
-  const rest = data.subarray(8);
+  // Read in place: `data` is sliced only for the image a frame carries (one Buffer per preview).
+  const restLength = data.length - 8;
   switch (type) {
     case BinaryType.PREVIEW_IMAGE: {
       const imageType = IMAGE_TYPE_CODES[word];
       if (!imageType) return rejected(`preview with unknown image type ${word}`);
-      if (rest.length === 0) return rejected('preview without image bytes');
-      return { ok: true, frame: { type, imageType, image: rest } };
+      if (restLength === 0) return rejected('preview without image bytes');
+      return { ok: true, frame: { type, imageType, image: data.subarray(8) } };
     }
     case BinaryType.TEXT: {
-      if (word > MAX_NODE_ID_BYTES || word > rest.length)
-        return rejected(`text frame with node id length ${word} beyond its ${rest.length} bytes`);
-      const nodeId = rest.subarray(0, word).toString('utf8');
-      const text = rest.subarray(word).toString('utf8');
+      if (word > MAX_NODE_ID_BYTES || word > restLength)
+        return rejected(`text frame with node id length ${word} beyond its ${restLength} bytes`);
+      const nodeId = data.toString('utf8', 8, 8 + word);
+      const text = data.toString('utf8', 8 + word);
       return { ok: true, frame: { type, nodeId, text } };
     }
     case BinaryType.PREVIEW_IMAGE_WITH_METADATA: {
-      if (word > MAX_METADATA_BYTES || word > rest.length)
-        return rejected(`preview with metadata length ${word} beyond its ${rest.length} bytes`);
+      if (word > MAX_METADATA_BYTES || word > restLength)
+        return rejected(`preview with metadata length ${word} beyond its ${restLength} bytes`);
       let metadata: unknown;
       try {
-        metadata = JSON.parse(rest.subarray(0, word).toString('utf8'));
+        metadata = JSON.parse(data.toString('utf8', 8, 8 + word));
       } catch {
         return rejected('preview whose metadata is not JSON');
       }
       if (!metadata || typeof metadata !== 'object' || Array.isArray(metadata))
         return rejected('preview whose metadata is not an object');
-      const image = rest.subarray(word);
-      if (image.length === 0) return rejected('preview without image bytes');
+      if (restLength === word) return rejected('preview without image bytes');
+      const image = data.subarray(8 + word);
       const meta = metadata as PreviewMetadata;
       const imageType = imageTypeFromMetadata(meta) ?? sniffImageType(image) ?? 'png';
       return { ok: true, frame: { type, imageType, image, metadata: meta } };

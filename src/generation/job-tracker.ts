@@ -91,6 +91,7 @@ export interface JobView {
   phase: 'pending' | 'running';
   node?: string;
   step?: { value: number; max: number };
+  /** Orders the jobs' changes (a sequence number, not a time): the latest change has the highest. */
   lastChange: number;
 }
 
@@ -127,8 +128,9 @@ class TrackedJob implements JobView {
   phase: 'pending' | 'running' = 'pending';
   node?: string;
   step?: { value: number; max: number };
-  lastChange = Date.now();
-  lastEvent = Date.now();
+  lastChange = 0;
+  /** The quiet-check tick in which this job's last event came (a count of ticks, not a time). */
+  lastEventTick = 0;
   outputs: JobOutputs = {};
   ending = false;
   readonly trackedAt = Date.now();
@@ -193,6 +195,10 @@ export class JobTracker {
   private latestRunning?: TrackedJob;
   /** One timer checks every quiet job, so their checks share one queue read. */
   private quietTimer?: NodeJS.Timeout;
+  /** Ticks of that timer so far: a job is quiet when enough ticks passed since its last event. */
+  private quietTick = 0;
+  /** Changes of phase so far: orders the running jobs for latestRunning. */
+  private changeCount = 0;
   /** Jobs awaited since the last first-check round, and its timer. */
   private readonly firstChecks = new Set<TrackedJob>();
   private firstCheckTimer?: NodeJS.Timeout;
@@ -252,6 +258,7 @@ export class JobTracker {
     this.start();
     return new Promise<JobResult | undefined>((resolve) => {
       const job = new TrackedJob(promptId, options, resolve, this.options.pollInitialMs);
+      job.lastEventTick = this.quietTick;
       this.jobs.add(job);
       // A timer past 2^31 - 1 ms would fire at once: a longer limit is no limit in practice.
       if (options.timeoutMs && options.timeoutMs > 0 && options.timeoutMs <= 2 ** 31 - 1) {
@@ -345,9 +352,13 @@ export class JobTracker {
     if (job.ending) return;
     job.known = true;
     job.unknownSince = undefined;
-    job.lastEvent = Date.now();
-    job.firstEventEpoch ??= event.epoch;
-    this.waiting.delete(job);
+    // Counters, not clock reads: this runs for every frame, and Date.now() is a call into the runtime.
+    job.lastEventTick = this.quietTick;
+    // Only a job with no event yet is in `waiting`: the set is touched once per job, not per event.
+    if (job.firstEventEpoch === undefined) {
+      job.firstEventEpoch = event.epoch;
+      this.waiting.delete(job);
+    }
     const { type, data } = event;
     if (job.startEpoch !== undefined && event.epoch !== job.startEpoch) job.gap = true;
     const terminal = TERMINAL_EVENTS[type];
@@ -436,16 +447,19 @@ export class JobTracker {
   }
 
   private setPhase(job: TrackedJob, phase: 'pending' | 'running'): void {
-    job.phase = phase;
+    // A running job is in `running` and nowhere else: the sets change with the phase, not per event.
     if (phase === 'running') {
-      this.waiting.delete(job);
-      this.running.add(job);
+      if (job.phase !== 'running') {
+        this.waiting.delete(job);
+        this.running.add(job);
+      }
       this.latestRunning = job;
-    } else {
+    } else if (job.phase === 'running') {
       this.running.delete(job);
       if (this.latestRunning === job) this.latestRunning = undefined;
     }
-    job.lastChange = Date.now();
+    job.phase = phase;
+    job.lastChange = ++this.changeCount;
     this.changed();
   }
 
@@ -628,6 +642,9 @@ export class JobTracker {
    */
   private armQuietChecks(): void {
     if (this.quietTimer || this.closed) return;
+    const interval = Math.max(50, this.options.quietCheckMs / 4);
+    // Silent for at least quietCheckMs: the tick of its last event may have been nearly over.
+    const ticksQuiet = Math.ceil(this.options.quietCheckMs / interval) + 1;
     this.quietTimer = setInterval(
       () => {
         if (this.jobs.size === 0) {
@@ -635,16 +652,16 @@ export class JobTracker {
           this.quietTimer = undefined;
           return;
         }
-        const now = Date.now();
+        this.quietTick += 1;
         const quiet: TrackedJob[] = [];
         for (const job of this.jobs) {
-          if (job.ending || now - job.lastEvent < this.options.quietCheckMs) continue;
-          job.lastEvent = now;
+          if (job.ending || this.quietTick - job.lastEventTick < ticksQuiet) continue;
+          job.lastEventTick = this.quietTick;
           quiet.push(job);
         }
         void this.checkMany(quiet);
       },
-      Math.max(50, this.options.quietCheckMs / 4),
+      interval,
     );
   }
 

@@ -151,8 +151,8 @@ export class SocketManager {
   private keptSize = 0;
   private ageTimer?: NodeJS.Timeout;
   private readonly secrets: string[];
-  /** The secrets as bytes, to look for in a frame before it is parsed. */
-  private readonly secretBytes: Buffer[];
+  /** The secrets as written and URL-encoded, to look for in a frame's text. */
+  private readonly secretForms: string[];
   private reconnectTimer?: NodeJS.Timeout;
   private reconnectAt = 0;
   private pingTimer?: NodeJS.Timeout;
@@ -167,9 +167,7 @@ export class SocketManager {
     this.secrets = [options.apiKey, ...(options.secrets ?? [])].filter(
       (secret): secret is string => typeof secret === 'string' && secret.length > 0,
     );
-    this.secretBytes = this.secrets.flatMap((secret) =>
-      [secret, encodeURIComponent(secret)].map((form) => Buffer.from(form)),
-    );
+    this.secretForms = [...new Set(this.secrets.flatMap((secret) => [secret, encodeURIComponent(secret)]))];
   }
 
   get state(): ConnectionState {
@@ -470,9 +468,10 @@ export class SocketManager {
   }
 
   private onText(buffer: Buffer): void {
+    const text = buffer.toString('utf8');
     let message: unknown;
     try {
-      message = JSON.parse(buffer.toString('utf8'));
+      message = JSON.parse(text);
     } catch {
       this.drop('text frame that is not JSON');
       return;
@@ -482,7 +481,8 @@ export class SocketManager {
       return;
     }
     // An error message or traceback may echo a key: such an event is passed on without it.
-    if (this.secretBytes.some((secret) => buffer.includes(secret))) message = redact(message, this.secrets);
+    // Searched in the text already decoded for JSON.parse: a string search, not a native call per frame.
+    if (this.echoesSecret(text)) message = redact(message, this.secrets);
     const { type, data: rawData } = message as { type: string; data?: unknown };
     const data =
       rawData && typeof rawData === 'object' && !Array.isArray(rawData)
@@ -518,6 +518,10 @@ export class SocketManager {
     } else if (TERMINAL_EVENTS.has(type)) this.executing.delete(promptId);
   }
 
+  private echoesSecret(text: string): boolean {
+    for (const form of this.secretForms) if (text.includes(form)) return true;
+    return false;
+  }
   private onBinary(buffer: Buffer): void {
     const parsed = parseBinaryFrame(buffer, this.limits.maxFrameBytes);
     if (!parsed.ok) {
