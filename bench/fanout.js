@@ -11,7 +11,7 @@
 //   node bench/fanout.js [1000,5000,10000]        (build first: npm run build)
 //
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
-// sockets opened; and heap per awaited job at the largest size. Medians of 3 alternating rounds.
+// sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
 const { fork } = require('node:child_process');
 const { performance } = require('node:perf_hooks');
 const fs = require('node:fs');
@@ -25,7 +25,7 @@ const SIZES = (ARGS.find((arg) => /^\d[\d,]*$/.test(arg)) ?? '1000,5000,10000').
 /** --node-red: also through the nodes in a real Node-RED; --progress: its await-job sends progress msgs too. */
 const NODE_RED = ARGS.includes('--node-red');
 const PROGRESS = ARGS.includes('--progress');
-const ROUNDS = 3;
+const ROUNDS = 5;
 const SUBMITS_AT_ONCE = 64;
 /** Three nodes, 14 sampler steps: 2 + 3 executing + 14 x (progress, progress_state, preview) + executed + success + executing null = 50. */
 const WORKFLOW = {
@@ -241,7 +241,8 @@ async function runOurs(child, jobs) {
       if (event.type === 'execution_success') sentAt.set(promptId, event.data.sent_at);
       listener(event);
     });
-  const tracker = new JobTracker(connection, {});
+  // As an await-job node without progress output holds it (the Node-RED side's await-job is the same).
+  const tracker = new JobTracker(connection, { progress: PROGRESS });
   if (!(await sockets.ready(5000))) throw new Error('the socket did not open');
   // Submitted as the submit node does, then awaited as the await-job node does.
   const ids = await submitAll(
@@ -438,7 +439,7 @@ async function main() {
   }
   rows.push([`heap per awaited job (B), ${heapJobs} jobs`, '-', heap.toFixed(0), '', 'target < 2048']);
   const header = [
-    'fanout (medians of 3 rounds)',
+    `fanout (medians of ${ROUNDS} rounds)`,
     'bare client',
     'classes',
     NODE_RED ? 'Node-RED' : '',

@@ -96,6 +96,8 @@ describe('graph-gen-await-job', () => {
     assert.equal(sandbox.counters.count(`/api/jobs/${job.id}`), 0, 'all outputs came over the socket');
     await sleep(200);
     assert.equal(failed.received.length + progress.received.length, 0, 'progress is off by default');
+    // 3 steps: 3 previews and 3 progress_state frames, which no node of this flow wants.
+    assert.equal(connection.sockets().stats.progressFramesSkipped, 6, 'skipped unread');
     assert.deepEqual(status.at(-1), { fill: 'green', shape: 'dot', text: 'done' });
     assert.ok(
       status.some((s) => /^running/.test(s.text)),
@@ -198,6 +200,11 @@ describe('graph-gen-await-job', () => {
     const jpeg = progress.received.find((m) => m.topic === 'preview' && m.prompt_id === typeOne.id);
     assert.equal(jpeg.image_type, 'jpeg');
     assert.equal(jpeg.metadata, undefined);
+    assert.equal(
+      connection.sockets().stats.progressFramesSkipped,
+      0,
+      'with progress on, every frame is read',
+    );
   });
 
   it('sends each exception_type on output 2 with the error, and shows it in the status', async () => {

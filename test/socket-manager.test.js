@@ -141,6 +141,8 @@ describe('socket manager', () => {
   it('keeps the events of a job nobody awaits yet and replays them in order', async () => {
     const sockets = manager();
     await sockets.ready(5000);
+    // Another job's await wants progress: progress-only frames are read, and kept for this job too.
+    listen(sockets, 'another job');
     const job = sandbox.jobs.submit(workflow());
     await until(() => job.state === 'completed', 'the job to end');
     await sleep(30);
@@ -200,6 +202,8 @@ describe('socket manager', () => {
   it('bounds the bytes it keeps for jobs nobody awaits, text and binary, the oldest jobs making room', async () => {
     const sockets = manager({ limits: { keptBytes: 2000 } });
     await sockets.ready(5000);
+    // A user whose jobs want progress: previews are read and kept.
+    sockets.register({ progress: true });
     const preview = (id) => encodePreviewWithMetadata({ prompt_id: id }, Buffer.alloc(400, 1));
     const start = (id) => JSON.stringify({ type: 'execution_start', data: { prompt_id: id } });
     sandbox.events.sendRaw(start('old'));
@@ -228,6 +232,41 @@ describe('socket manager', () => {
     await until(() => sockets.keptJobs === 1, 'the kept job');
     await until(() => sockets.keptJobs === 0, 'the kept job to be forgotten', 3000);
     assert.equal(sockets.keptBytes, 0);
+  });
+
+  it('skips progress-only frames unread while no await wants progress, and reads them again once one does', async () => {
+    const sockets = manager();
+    await sockets.ready(5000);
+    const quiet = sandbox.jobs.submit(workflow());
+    const events = [];
+    const unsubscribe = sockets.subscribe(quiet.id, (event) => events.push(event.type), { progress: false });
+    await until(() => quiet.state === 'completed' && events.includes('execution_success'), 'the job to end');
+    await sleep(30);
+    assert.deepEqual(events, [
+      'execution_start',
+      'execution_cached',
+      'executing',
+      'executing',
+      'progress',
+      'progress',
+      'progress',
+      'executing',
+      'executed',
+      'execution_success',
+      'executing',
+    ]);
+    // Three steps: three progress_state frames and three previews, none parsed.
+    assert.equal(sockets.stats.progressFramesSkipped, 6);
+    assert.equal(sockets.stats.framesDropped, 0);
+    unsubscribe({ ended: true });
+
+    // An await that wants progress: the next job's previews and step states reach it.
+    const watched = sandbox.jobs.submit(workflow());
+    const { types } = listen(sockets, watched.id);
+    await until(() => types().includes('execution_success'), 'the second job to end');
+    assert.equal(types().filter((type) => type === 'preview').length, 3);
+    assert.equal(types().filter((type) => type === 'progress_state').length, 3);
+    assert.equal(sockets.stats.progressFramesSkipped, 6);
   });
 
   it('replays kept events to every await of a job, the same events; they go when the last await leaves', async () => {
@@ -322,6 +361,7 @@ describe('socket manager', () => {
   it('drops garbage, truncated, oversized and unknown frames with a debug log and stays open', async () => {
     const sockets = manager({ limits: { maxFrameBytes: 4096 } });
     await sockets.ready(5000);
+    sockets.register({ progress: true });
     const frames = [
       'not json',
       '[1,2]',

@@ -79,6 +79,11 @@ export interface JobTrackerOptions {
    * jobs. A reconnect or a queue change starts a new one.
    */
   queueFreshMs?: number;
+  /**
+   * Jobs of this tracker may be given an onProgress (default true). False: the shared socket may skip
+   * progress-only frames unread while no other tracker wants them, since none of these jobs will.
+   */
+  progress?: boolean;
   /** Something a node shows in its status changed (a job's phase, node, step; the queue; the socket). */
   onChange?: () => void;
   onQueueStatus?: SocketUser['onQueueStatus'];
@@ -220,6 +225,7 @@ export class JobTracker {
       lostConfirmMs: 2_000,
       unknownGraceMs: 10_000,
       queueFreshMs: 1_000,
+      progress: true,
       ...options,
     };
     // Each request in flight listens to the signal: up to CHECKS_AT_ONCE checks, and the outputs of jobs
@@ -265,7 +271,9 @@ export class JobTracker {
         job.timeoutTimer = setTimeout(() => this.timeout(job), options.timeoutMs);
       }
       const sockets = this.connection.sockets();
-      job.unsubscribe = sockets.subscribe(promptId, (event) => this.onEvent(job, event));
+      job.unsubscribe = sockets.subscribe(promptId, (event) => this.onEvent(job, event), {
+        progress: options.onProgress !== undefined,
+      });
       // The kept events replayed by subscribe may have ended the job before the unsubscribe was known.
       if (job.ending) {
         if (!this.jobs.has(job)) job.unsubscribe({ ended: true });
@@ -319,6 +327,7 @@ export class JobTracker {
       onNotification: this.options.onNotification,
       onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
       onLog: this.options.log,
+      progress: this.options.progress,
     });
   }
 
@@ -645,24 +654,21 @@ export class JobTracker {
     const interval = Math.max(50, this.options.quietCheckMs / 4);
     // Silent for at least quietCheckMs: the tick of its last event may have been nearly over.
     const ticksQuiet = Math.ceil(this.options.quietCheckMs / interval) + 1;
-    this.quietTimer = setInterval(
-      () => {
-        if (this.jobs.size === 0) {
-          clearInterval(this.quietTimer);
-          this.quietTimer = undefined;
-          return;
-        }
-        this.quietTick += 1;
-        const quiet: TrackedJob[] = [];
-        for (const job of this.jobs) {
-          if (job.ending || this.quietTick - job.lastEventTick < ticksQuiet) continue;
-          job.lastEventTick = this.quietTick;
-          quiet.push(job);
-        }
-        void this.checkMany(quiet);
-      },
-      interval,
-    );
+    this.quietTimer = setInterval(() => {
+      if (this.jobs.size === 0) {
+        clearInterval(this.quietTimer);
+        this.quietTimer = undefined;
+        return;
+      }
+      this.quietTick += 1;
+      const quiet: TrackedJob[] = [];
+      for (const job of this.jobs) {
+        if (job.ending || this.quietTick - job.lastEventTick < ticksQuiet) continue;
+        job.lastEventTick = this.quietTick;
+        quiet.push(job);
+      }
+      void this.checkMany(quiet);
+    }, interval);
   }
 
   private timeout(job: TrackedJob): void {

@@ -80,6 +80,11 @@ export interface SocketUser {
   /** Open, down, unauthorized...; `reconnected` is true when an open follows an earlier connection. */
   onConnectionState?(state: ConnectionState, reconnected: boolean): void;
   onLog?(level: LogLevel, message: string): void;
+  /**
+   * Jobs this user awaits may want progress-only events (previews, text, progress_state), also the ones kept
+   * from before their await. While no user nor listener wants them, such frames are skipped unread.
+   */
+  progress?: boolean;
 }
 
 export interface SocketStats {
@@ -91,6 +96,8 @@ export interface SocketStats {
   bufferedEventsDropped: number;
   /** Previews and texts without a prompt_id while no single job was executing: dropped. */
   unattributedFrames: number;
+  /** Progress-only frames skipped unread because no await wanted progress. */
+  progressFramesSkipped: number;
 }
 
 interface BufferedJob {
@@ -102,6 +109,14 @@ const TERMINAL_EVENTS = new Set(['execution_success', 'execution_error', 'execut
 /** Events dropped first when a kept job's buffer is full: the result does not depend on them. */
 const LOSSY_EVENTS = new Set(['progress', 'progress_state', 'preview', 'text']);
 const ENDED_MEMORY = 4096;
+/**
+ * Frames that only feed progress output: while no await wants progress they are not parsed at all (a job's
+ * live previews and per-node step states are most of the frames a busy server sends).
+ */
+const PROGRESS_ONLY_TEXT = new Set(['progress_state']);
+const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
+/** A text frame's type when it comes first, as the services send it; a frame in another order is parsed. */
+const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
 
 export class SocketManager {
   static defaultTimings: SocketTimings = {
@@ -129,12 +144,15 @@ export class SocketManager {
     eventsBuffered: 0,
     bufferedEventsDropped: 0,
     unattributedFrames: 0,
+    progressFramesSkipped: 0,
   };
 
   private readonly timings: SocketTimings;
   private readonly limits: BufferLimits;
   private readonly users = new Set<SocketUser>();
   private readonly listeners = new Map<string, Set<JobListener>>();
+  /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
+  private progressWanted = 0;
   private readonly buffered = new Map<string, BufferedJob>();
   /** prompt_ids whose await ended: their late events (`executing` null...) are not kept. */
   private readonly ended = new Set<string>();
@@ -211,11 +229,13 @@ export class SocketManager {
   /** Adds a user; the returned function removes exactly that registration. */
   register(user: SocketUser): () => void {
     this.users.add(user);
+    if (user.progress) this.progressWanted += 1;
     this.cancelGrace();
     let registered = true;
     return () => {
       if (!registered) return;
       registered = false;
+      if (user.progress) this.progressWanted -= 1;
       this.users.delete(user);
       this.closeWhenUnused();
     };
@@ -224,15 +244,22 @@ export class SocketManager {
   /**
    * Sends this job's events to `listener`, first the ones kept while nobody awaited it (in order, before
    * this returns), then live ones. Opens the socket if needed. The returned function unsubscribes;
-   * `{ ended: true }` also drops the job's later events instead of keeping them.
+   * `{ ended: true }` also drops the job's later events instead of keeping them. `progress: false`: this
+   * listener does not need progress-only events (previews, text, progress_state); while no listener nor
+   * user does, those frames are not read, nor kept for jobs not awaited yet.
    */
-  subscribe(promptId: string, listener: JobListener): (options?: { ended?: boolean }) => void {
+  subscribe(
+    promptId: string,
+    listener: JobListener,
+    { progress = true }: { progress?: boolean } = {},
+  ): (options?: { ended?: boolean }) => void {
     let set = this.listeners.get(promptId);
     if (!set) {
       set = new Set();
       this.listeners.set(promptId, set);
     }
     set.add(listener);
+    if (progress) this.progressWanted += 1;
     this.ended.delete(promptId);
     this.cancelGrace();
     this.ensureOpen();
@@ -244,6 +271,7 @@ export class SocketManager {
     return (options = {}) => {
       if (!subscribed) return;
       subscribed = false;
+      if (progress) this.progressWanted -= 1;
       const current = this.listeners.get(promptId);
       current?.delete(listener);
       if (current && current.size === 0) {
@@ -448,8 +476,17 @@ export class SocketManager {
       : Buffer.isBuffer(data)
         ? data
         : Buffer.from(data);
-    if (isBinary) this.onBinary(buffer);
-    else this.onText(buffer);
+    if (isBinary) {
+      if (
+        this.progressWanted === 0 &&
+        buffer.length >= 4 &&
+        PROGRESS_ONLY_BINARY.has(buffer.readUInt32BE(0))
+      ) {
+        this.stats.progressFramesSkipped += 1;
+        return;
+      }
+      this.onBinary(buffer);
+    } else this.onText(buffer);
   }
 
   /** Whether other awaits already listen to this job (a new one has missed their earlier events). */
@@ -469,6 +506,13 @@ export class SocketManager {
 
   private onText(buffer: Buffer): void {
     const text = buffer.toString('utf8');
+    if (this.progressWanted === 0) {
+      const leading = LEADING_TYPE.exec(text);
+      if (leading && PROGRESS_ONLY_TEXT.has(leading[1])) {
+        this.stats.progressFramesSkipped += 1;
+        return;
+      }
+    }
     let message: unknown;
     try {
       message = JSON.parse(text);

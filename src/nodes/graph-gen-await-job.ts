@@ -63,6 +63,8 @@ export = function (RED: NodeAPI): void {
     const tracker = config?.connection
       ? new JobTracker(config.connection, {
           previewsPerSecond,
+          // Without progress output, the config's socket need not read previews for this node.
+          progress: progressEnabled,
           onChange: () => scheduleStatus(),
           log: (level, message) => (level === 'warn' ? node.warn(message) : node.debug(message)),
         })
