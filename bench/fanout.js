@@ -236,11 +236,15 @@ async function runOurs(child, jobs) {
   // The send time the sandbox stamped into each job's execution_success (read, not timed, here).
   const sentAt = new Map();
   const subscribe = sockets.subscribe.bind(sockets);
-  sockets.subscribe = (promptId, listener) =>
-    subscribe(promptId, (event) => {
-      if (event.type === 'execution_success') sentAt.set(promptId, event.data.sent_at);
-      listener(event);
-    });
+  sockets.subscribe = (promptId, listener, options) =>
+    subscribe(
+      promptId,
+      (event) => {
+        if (event.type === 'execution_success') sentAt.set(promptId, event.data.sent_at);
+        listener(event);
+      },
+      options,
+    );
   // As an await-job node without progress output holds it (the Node-RED side's await-job is the same).
   const tracker = new JobTracker(connection, { progress: PROGRESS });
   if (!(await sockets.ready(5000))) throw new Error('the socket did not open');
@@ -280,6 +284,7 @@ async function runOurs(child, jobs) {
     latencies: latencies.sort((a, b) => a - b),
     restPerJob: (after.otherRequests - before.otherRequests) / jobs,
     socketsOpened: sockets.stats.socketsOpened,
+    skippedPerJob: sockets.stats.progressFramesSkipped / jobs,
   };
   tracker.close();
   await connection.close();
@@ -358,6 +363,7 @@ async function main() {
         completed: Math.min(...list.map((run) => run.completed ?? jobs)),
         socketsOpened: Math.max(...list.map((run) => run.socketsOpened ?? 1)),
         frames: list[0].frames,
+        skippedPerJob: list[0].skippedPerJob,
         progressMsgs: list[0].progressMsgs,
       };
     report.push({
@@ -433,6 +439,7 @@ async function main() {
         '',
       ],
       ['  sockets open', ...cells((side) => side.socketsOpened, String), 'must be 1'],
+      ['  frames a job skipped unread (progress off)', '0', ours.skippedPerJob.toFixed(1), '', ''],
     );
     if (nodeRed?.progressMsgs)
       rows.push(['  progress msgs per job', '', '', (nodeRed.progressMsgs / jobs).toFixed(1), '']);

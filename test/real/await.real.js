@@ -41,6 +41,28 @@ describe('real ComfyUI: await job', function () {
     assert.equal(out.failed.received.length, 0);
   });
 
+  it("skips the server's progress_state frames unread while no await wants progress, and reads them when one does", async () => {
+    // Off: the result is whole, and the frames that only feed progress output were not parsed.
+    let out = await loadFlow(comfy.url);
+    const sockets = () => helper.getNode('cfg').connection.sockets();
+    const quiet = await submitThrough(out, quickJob(prefix('no-progress')));
+    const msg = await out.done.of(quiet, 30_000);
+    assert.equal(msg.payload.status, 'completed');
+    assert.equal(msg.payload.files.length, 1);
+    // The server sends two progress_state frames per node (running, finished).
+    assert.ok(sockets().stats.progressFramesSkipped >= 2, `${sockets().stats.progressFramesSkipped} skipped`);
+    assert.equal(sockets().stats.framesDropped, 0);
+    await helper.unload();
+
+    // On: the same frames arrive as progress msgs.
+    out = await loadFlow(comfy.url, { await: { progress: true } });
+    const watched = await submitThrough(out, quickJob(prefix('progress')));
+    await out.done.of(watched, 30_000);
+    const topics = out.progress.received.filter((m) => m.prompt_id === watched).map((m) => m.topic);
+    assert.ok(topics.includes('progress_state'), topics.join(' '));
+    assert.equal(sockets().stats.progressFramesSkipped, 0);
+  });
+
   it('reads a job interrupted while nobody awaited it as cancelled (the server says failed)', async () => {
     const id = await submitDirect(longJob(prefix('interrupted')));
     await jobReaches(id, 'in_progress', 60_000);
