@@ -2,9 +2,9 @@
 // bench/fanout: thousands of jobs in flight through one config node's connection (socket manager, job
 // tracking, REST status checks), end to end, side by side in one run with a bare client (undici for the
 // submits, one `ws` that parses every frame). Each job goes through POST /api/prompt as a user's does, then
-// sends 50 events (execution_start, execution_cached, executing, progress, progress_state, type-4 previews,
-// executed, execution_success, executing null) from the sandbox in a child process, with its queue `status`
-// events on. Latency runs from the sandbox's send of a job's execution_success frame (stamped into the frame
+// sends 56 events (execution_start, execution_cached, executing, progress, progress_state as a real server
+// sends them, type-4 previews, executed, execution_success, executing null) from the sandbox in a child
+// process, with its queue `status` events on. Latency runs from the sandbox's send of a job's execution_success frame (stamped into the frame
 // with the machine's clock) to the moment the result reaches the caller's code: the tracker's onEnd, where
 // the await-job node sends its msg, or the bare client's message handler after parsing.
 //
@@ -27,7 +27,10 @@ const NODE_RED = ARGS.includes('--node-red');
 const PROGRESS = ARGS.includes('--progress');
 const ROUNDS = 5;
 const SUBMITS_AT_ONCE = 64;
-/** Three nodes, 14 sampler steps: 2 + 3 executing + 14 x (progress, progress_state, preview) + executed + success + executing null = 50. */
+/**
+ * Three nodes, 14 sampler steps: 2 + 3 x (executing, progress_state before and after) + 14 x (progress,
+ * progress_state, preview) + executed + success + executing null = 56, and 3 queue status frames.
+ */
 const WORKFLOW = {
   1: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'v1-5-pruned-emaonly.safetensors' } },
   2: { class_type: 'KSampler', inputs: { steps: 14, model: ['1', 0] } },

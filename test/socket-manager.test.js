@@ -147,10 +147,14 @@ describe('socket manager', () => {
     await until(() => job.state === 'completed', 'the job to end');
     await sleep(30);
     const { types } = listen(sockets, job.id);
+    // As a real server: a progress_state before and after each node, and one per sampler step.
     assert.deepEqual(types(), [
       'execution_start',
       'execution_cached',
+      'progress_state',
       'executing',
+      'progress_state',
+      'progress_state',
       'executing',
       'progress',
       'progress_state',
@@ -161,8 +165,11 @@ describe('socket manager', () => {
       'progress',
       'progress_state',
       'preview',
+      'progress_state',
+      'progress_state',
       'executing',
       'executed',
+      'progress_state',
       'execution_success',
       'executing',
     ]);
@@ -255,8 +262,8 @@ describe('socket manager', () => {
       'execution_success',
       'executing',
     ]);
-    // Three steps: three progress_state frames and three previews, none parsed.
-    assert.equal(sockets.stats.progressFramesSkipped, 6);
+    // Three nodes, three steps: nine progress_state frames and three previews, none parsed.
+    assert.equal(sockets.stats.progressFramesSkipped, 12);
     assert.equal(sockets.stats.framesDropped, 0);
     unsubscribe({ ended: true });
 
@@ -265,8 +272,8 @@ describe('socket manager', () => {
     const { types } = listen(sockets, watched.id);
     await until(() => types().includes('execution_success'), 'the second job to end');
     assert.equal(types().filter((type) => type === 'preview').length, 3);
-    assert.equal(types().filter((type) => type === 'progress_state').length, 3);
-    assert.equal(sockets.stats.progressFramesSkipped, 6);
+    assert.equal(types().filter((type) => type === 'progress_state').length, 9);
+    assert.equal(sockets.stats.progressFramesSkipped, 12);
   });
 
   it('replays kept events to every await of a job, the same events; they go when the last await leaves', async () => {

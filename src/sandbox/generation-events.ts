@@ -218,7 +218,35 @@ export function mountGenerationEvents(
     return { [isVideo ? 'video' : isAudio ? 'audio' : 'images']: [ref] };
   };
 
+  /**
+   * As a real server (ComfyUI 0.3.7x, measured): a progress_state before each node runs and after it ends,
+   * and one per sampler step; each lists every node of the job so far, not only the one that changed.
+   */
+  const nodeStates = new Map<string, Record<string, Record<string, unknown>>>();
+  const progressState = (job: SandboxJob, node: WorkflowNode, value: number, max: number, state: string) => {
+    let nodes = nodeStates.get(job.id);
+    if (!nodes) nodeStates.set(job.id, (nodes = {}));
+    nodes[node.id] = {
+      value,
+      max,
+      state,
+      node_id: node.id,
+      prompt_id: job.id,
+      display_node_id: node.id,
+      parent_node_id: null,
+      real_node_id: node.id,
+    };
+    emit(job, 'progress_state', { prompt_id: job.id, nodes });
+  };
+
   const runNode = async (job: SandboxJob, node: WorkflowNode): Promise<'next' | 'stop'> => {
+    const outcome = await runNodeSteps(job, node);
+    if (outcome === 'next') progressState(job, node, 1, 1, 'finished');
+    return outcome;
+  };
+
+  const runNodeSteps = async (job: SandboxJob, node: WorkflowNode): Promise<'next' | 'stop'> => {
+    progressState(job, node, 0, 1, 'running');
     emit(job, 'executing', { node: node.id, display_node: node.id });
     if (!(await pause(job))) return 'stop';
     switch (node.classType) {
@@ -266,20 +294,7 @@ export function mountGenerationEvents(
       const max = Math.min(steps, options.maxSteps ?? 3);
       for (let value = 1; value <= max; value++) {
         emit(job, 'progress', { value, max, node: node.id });
-        emit(job, 'progress_state', {
-          nodes: {
-            [node.id]: {
-              value,
-              max,
-              state: 'running',
-              node_id: node.id,
-              prompt_id: job.id,
-              display_node_id: node.id,
-              parent_node_id: null,
-              real_node_id: node.id,
-            },
-          },
-        });
+        progressState(job, node, value, max, 'running');
         if (options.previews !== false) preview(job, node);
         if (!(await pause(job))) return 'stop';
       }
@@ -328,6 +343,7 @@ export function mountGenerationEvents(
         runningCount -= 1;
         runningIds.delete(job.id);
         hangs.delete(job.id);
+        nodeStates.delete(job.id);
         if (!closed) {
           queueStatus();
           pump();
