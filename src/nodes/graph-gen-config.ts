@@ -98,14 +98,7 @@ function graphGenConfig(RED: NodeAPI): void {
     '/graph-gen/graph-gen-config/test',
     RED.auth.needsPermission('graph-gen-config.write'),
     (req: Request, res: Response) => {
-      const body = (req.body ?? {}) as { id?: string; baseUrl?: string; apiKey?: string };
-      const target = connectionTestTarget<{ baseUrl: string }>(
-        RED,
-        'graph-gen-config',
-        ['baseUrl'],
-        body,
-        texts,
-      );
+      const target = configTarget(RED, req.body ?? {}, texts);
       if (target.refusal) {
         res.json({ ok: false, code: 'invalid_input', message: target.refusal });
         return;
@@ -121,6 +114,15 @@ function graphGenConfig(RED: NodeAPI): void {
       );
     },
   );
+}
+
+/** The settings and key a dialog request (test connection, definitions, conversion) names for this config node. */
+function configTarget(
+  RED: NodeAPI,
+  body: DialogRequest,
+  texts: Texts,
+): ConnectionTestTarget<Partial<{ baseUrl: string }>> {
+  return connectionTestTarget<{ baseUrl: string }>(RED, 'graph-gen-config', ['baseUrl'], body, texts);
 }
 
 /** What the submit dialog sends: the config node's id and its settings as the editor holds them. */
@@ -145,14 +147,7 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   const targetOf = (res: Response): ConnectionTestTarget<Partial<{ baseUrl: string }>> =>
     res.locals.target as ConnectionTestTarget<Partial<{ baseUrl: string }>>;
   const readOrWrite = (req: Request, res: Response, next: NextFunction) => {
-    const body = (req.body ?? {}) as DialogRequest;
-    const target = connectionTestTarget<{ baseUrl: string }>(
-      RED,
-      'graph-gen-config',
-      ['baseUrl'],
-      body,
-      texts,
-    );
+    const target = configTarget(RED, (req.body ?? {}) as DialogRequest, texts);
     res.locals.target = target;
     RED.auth.needsPermission(`graph-gen-config.${target.asSaved ? 'read' : 'write'}`)(req, res, next);
   };
