@@ -7,9 +7,8 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const net = require('node:net');
 const { request } = require('undici');
-const { prepareUserDir, startNodeRed, stopProcesses } = require('../scripts/start');
+const { freePort, prepareUserDir, startNodeRed, stopProcesses } = require('../scripts/start');
 
 /** settings.js additions: a clock comparable across processes, and the process's CPU, for the functions. */
 const BENCH_GLOBALS = `
@@ -40,17 +39,6 @@ module.exports.functionGlobalContext = {
 };
 module.exports.logging = { console: { level: 'warn', metrics: false, audit: false } };
 `;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** The flow: start (fan out) -> submit -> await-job -> record; results and reset over HTTP. */
 function benchFlow(serviceUrl, key, { progress }) {

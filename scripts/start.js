@@ -394,6 +394,19 @@ async function stopProcesses(children, graceMs = 5000) {
   );
 }
 
+/** A port on 127.0.0.1 that nothing listens on now (the OS picks it), for a server started next. */
+function freePort() {
+  const net = require('node:net');
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
 function portFree(port) {
   const net = require('node:net');
   return new Promise((resolve) => {
@@ -512,6 +525,7 @@ module.exports = {
   startSandboxProcess,
   startNodeRed,
   stopProcesses,
+  freePort,
   nodeRedScript,
   solidPng,
 };

@@ -5,7 +5,6 @@
 // process (slow enough steps to watch, and its queue held still for the cancel), Chromium on /dashboard.
 const assert = require('node:assert');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { chromium } = require('playwright-core');
@@ -19,17 +18,6 @@ const DASHBOARD = '@flowfuse/node-red-dashboard';
 const GENERATION_KEY = 'dashboard-generation-key-83';
 const AUTOMATION_KEY = 'dashboard-automation-key-29';
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** The bytes of a `data:` URL. */
 function dataUrlBytes(url) {
@@ -73,7 +61,7 @@ describe('dashboard example: the prompt-to-picture page in a real browser', func
     });
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'graph-gen-dashboard-'));
     const userDir = path.join(tmp, 'user');
-    const port = await freePort();
+    const port = await start.freePort();
     const services = {
       generation: { url: sandbox.url, apiKey: GENERATION_KEY },
       automation: { url: sandbox.url, apiKey: AUTOMATION_KEY },

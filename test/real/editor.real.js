@@ -5,7 +5,6 @@
 // input/ folder), a model it lacks is marked, and the refresh button reads the lists again.
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { chromium } = require('playwright-core');
@@ -16,17 +15,6 @@ const { encodePng } = require('./support/png');
 const { waitForEditor, openNodeDialog, dismissAll } = require('../browser/support/editor');
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function uploadImage(name) {
   const form = new FormData();
@@ -77,7 +65,7 @@ describe('real ComfyUI: the submit dialog shows the server’s choices', functio
     firstImage = await uploadImage(`${prefix('editor')}.png`);
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'graph-gen-real-editor-'));
     const userDir = path.join(tmp, 'user');
-    const port = await freePort();
+    const port = await start.freePort();
     start.prepareUserDir(userDir, { port, services: {}, flows: 'none' });
     // The flow a user deployed: a config node at the server (self-hosted, no key) and a submit node.
     const flows = [

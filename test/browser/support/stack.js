@@ -2,7 +2,6 @@
 // One real Node-RED (its own temporary user dir, this package linked in) and one sandbox process, shared by
 // every browser test file, plus one Chromium. Started by the first file that asks, stopped after the run.
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { chromium } = require('playwright-core');
@@ -11,17 +10,6 @@ const { waitForEditor } = require('./editor');
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const SCREENSHOTS = path.join(__dirname, '..', '..', 'screenshots');
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function startStack() {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'graph-gen-browser-'));
@@ -35,7 +23,7 @@ async function startStack() {
       workflows: 23,
     });
     children.push(sandbox.child);
-    const port = await freePort();
+    const port = await start.freePort();
     const services = {
       generation: { url: sandbox.url, apiKey: keys.generation },
       automation: { url: sandbox.url, apiKey: keys.automation },

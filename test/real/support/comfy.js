@@ -4,9 +4,9 @@
 // repository (../shared/peers/comfyui): install.sh into COMFY_HOME (default .ci-cache/comfyui-real), start.sh
 // on a free port with empty data folders, stop.sh at the end; only then can a test restart the server.
 const fs = require('node:fs');
-const net = require('node:net');
 const path = require('node:path');
 const { execFile, spawnSync } = require('node:child_process');
+const { freePort } = require('../../../scripts/start');
 
 const ROOT = path.resolve(__dirname, '../../..');
 const KIT = path.resolve(ROOT, '../shared/peers/comfyui');
@@ -38,17 +38,6 @@ function run(script, env, timeoutMs) {
         else reject(new Error(`${script} failed (${error.code ?? error.signal}): ${output.slice(-2000)}`));
       },
     );
-  });
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port: free } = server.address();
-      server.close(() => resolve(free));
-    });
   });
 }
 
