@@ -17,6 +17,15 @@ describe('graph-gen-download', () => {
   const foxBytes = crypto.randomBytes(70_000);
   const owlBytes = crypto.randomBytes(1234);
 
+  /** A download node in file mode saving into `target` on the cloud sandbox, with `own` settings on top. */
+  const loadFileMode = (target, own = {}) =>
+    load(
+      flowWith(
+        { type: 'graph-gen-download', mode: 'file', directory: target, directoryType: 'str', ...own },
+        { baseUrl: cloud.url },
+      ),
+    );
+
   before(async () => {
     await helper.startServer();
     cloud = await startSandbox({ generationApiKey: API_KEY });
@@ -98,12 +107,7 @@ describe('graph-gen-download', () => {
 
   it('file mode streams into the directory setting and does not overwrite unless told', async () => {
     const target = path.join(directory, 'set');
-    await load(
-      flowWith(
-        { type: 'graph-gen-download', mode: 'file', directory: target, directoryType: 'str' },
-        { baseUrl: cloud.url },
-      ),
-    );
+    await loadFileMode(target);
     const msg = await outputOf('n', { payload: fox, topic: 'saved', mine: 2 });
     assert.equal(msg.payload, path.join(target, fox.filename));
     assert.equal(msg.topic, 'saved');
@@ -123,18 +127,7 @@ describe('graph-gen-download', () => {
     await failureOf('n', { payload: gone });
     assert.equal(fs.existsSync(path.join(target, 'gone.png')), false);
     await helper.unload();
-    await load(
-      flowWith(
-        {
-          type: 'graph-gen-download',
-          mode: 'file',
-          directory: target,
-          directoryType: 'str',
-          overwrite: true,
-        },
-        { baseUrl: cloud.url },
-      ),
-    );
+    await loadFileMode(target, { overwrite: true });
     // Overwriting: a failed download keeps the old file; a good one replaces it.
     fs.writeFileSync(msg.payload, 'mine');
     cloud.generation.storage.faults.add({ path: /^\/files\//, status: 403, body: 'Request has expired' });
@@ -147,18 +140,7 @@ describe('graph-gen-download', () => {
   it('overwriting: a transfer that breaks off keeps the old file and leaves no partial file', async () => {
     const target = fs.mkdtempSync(path.join(directory, 'break-'));
     fs.writeFileSync(path.join(target, fox.filename), 'mine');
-    await load(
-      flowWith(
-        {
-          type: 'graph-gen-download',
-          mode: 'file',
-          directory: target,
-          directoryType: 'str',
-          overwrite: true,
-        },
-        { baseUrl: cloud.url },
-      ),
-    );
+    await loadFileMode(target, { overwrite: true });
     cloud.generation.storage.faults.add({ path: /^\/files\//, breakAfterBytes: 20_000, times: 10 });
     const failure = await failureOf('n', { payload: fox }, 15000);
     assert.equal(failure.error.code, 'network');
@@ -170,18 +152,7 @@ describe('graph-gen-download', () => {
   it('overwriting: a redeploy during the transfer keeps the old file and leaves no partial file', async () => {
     const target = fs.mkdtempSync(path.join(directory, 'redeploy-'));
     fs.writeFileSync(path.join(target, fox.filename), 'mine');
-    await load(
-      flowWith(
-        {
-          type: 'graph-gen-download',
-          mode: 'file',
-          directory: target,
-          directoryType: 'str',
-          overwrite: true,
-        },
-        { baseUrl: cloud.url },
-      ),
-    );
+    await loadFileMode(target, { overwrite: true });
     cloud.generation.storage.faults.add({ path: /^\/files\//, stallAfterBytes: 20_000 });
     helper.getNode('n').receive({ payload: fox });
     const deadline = Date.now() + 5000;
@@ -207,18 +178,7 @@ describe('graph-gen-download', () => {
     const twoBytes = crypto.randomBytes(2 << 20);
     cloud.generation.addFile(one, { content: oneBytes });
     cloud.generation.addFile(two, { content: twoBytes });
-    await load(
-      flowWith(
-        {
-          type: 'graph-gen-download',
-          mode: 'file',
-          directory: target,
-          directoryType: 'str',
-          overwrite: true,
-        },
-        { baseUrl: cloud.url },
-      ),
-    );
+    await loadFileMode(target, { overwrite: true });
     for (let round = 0; round < 5; round++) {
       const both = messages('out', 2, 10000);
       helper.getNode('n').receive({ payload: one });
@@ -235,18 +195,7 @@ describe('graph-gen-download', () => {
     const heron = { filename: 'heron.bin', subfolder: '', type: 'output' };
     const heronBytes = crypto.randomBytes(24 << 20);
     cloud.generation.addFile(heron, { content: heronBytes });
-    await load(
-      flowWith(
-        {
-          type: 'graph-gen-download',
-          mode: 'file',
-          directory: target,
-          directoryType: 'str',
-          overwrite: true,
-        },
-        { baseUrl: cloud.url },
-      ),
-    );
+    await loadFileMode(target, { overwrite: true });
     const msg = await outputOf('n', { payload: heron }, 15000);
     assert.ok(fs.readFileSync(msg.payload).equals(heronBytes));
     // Cut with megabytes received, some of them still on their way to the disk.
