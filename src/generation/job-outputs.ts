@@ -39,11 +39,6 @@ function isFileReference(value: unknown): value is FileReference {
   );
 }
 
-/** Type, folder and name: two references with the same are the same file. */
-function fileKey(ref: FileReference): string {
-  return `${ref.type}/${ref.subfolder}/${ref.filename}`;
-}
-
 /** Which files a result lists (await-job's "files from"): the node ids to take them from, and whether temp previews count. */
 export interface FileChoice {
   /** Only files of type `output` (what SaveImage and the like keep), not temp previews. */
@@ -55,7 +50,7 @@ export interface FileChoice {
 /** Every file reference in the outputs (images, video, audio, gifs...), in node order, each once. */
 export function filesOf(outputs: JobOutputs, choice: FileChoice = {}): FileReference[] {
   const files: FileReference[] = [];
-  let seen: Set<string> | undefined;
+  const seen = new Set<string>();
   for (const [nodeId, output] of Object.entries(outputs)) {
     if (choice.nodes && !choice.nodes.has(nodeId)) continue;
     for (const value of Object.values(output)) {
@@ -68,13 +63,9 @@ export function filesOf(outputs: JobOutputs, choice: FileChoice = {}): FileRefer
           type: typeof item.type === 'string' ? item.type : 'output',
         };
         if (choice.savedOnly && ref.type !== 'output') continue;
-        if (files.length > 0) {
-          // Made at the second file: this runs for every job that ends, and most have one file or none.
-          seen ??= new Set([fileKey(files[0])]);
-          const key = fileKey(ref);
-          if (seen.has(key)) continue;
-          seen.add(key);
-        }
+        const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
         files.push(ref);
       }
     }
