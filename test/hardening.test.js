@@ -554,5 +554,31 @@ describe('hardening', () => {
         await sandbox.close();
       }
     });
+
+    it('a text frame (binary type 3) that echoes the partner key reaches output 3 without it', async () => {
+      const partner = 'partner-text-2f1e0d';
+      const sandbox = await startSandbox({ events: { stepDelayMs: 1 } });
+      try {
+        await helper.load([...ALL_NODES, awaitNode], awaitFlow(sandbox, { progress: true }), {
+          cfg: { partnerKey: partner },
+        });
+        const progress = collect('progress');
+        const done = collect('done');
+        const connection = helper.getNode('cfg').connection;
+        await connection.sockets().ready(5000);
+        const job = sandbox.jobs.submit(
+          workflow({ 4: { class_type: 'SandboxText', inputs: { text: `calling with key=${partner}` } } }),
+          connection.clientId,
+        );
+        helper.getNode('await').receive({ prompt_id: job.id });
+        await done.next();
+        const text = progress.received.find((m) => m.topic === 'text');
+        assert.ok(text, 'the text frame reached output 3');
+        assert.equal(text.payload, 'calling with key=***');
+        assert.doesNotMatch(textOf(text), new RegExp(partner));
+      } finally {
+        await sandbox.close();
+      }
+    });
   });
 });

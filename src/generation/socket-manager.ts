@@ -573,7 +573,12 @@ export class SocketManager {
       this.drop(parsed.reason);
       return;
     }
-    const frame = parsed.frame;
+    // A text frame carries a node's own words, which may echo a key as a text event does: passed on without it.
+    const frame =
+      parsed.frame.type === 3 &&
+      (this.echoesSecret(parsed.frame.nodeId) || this.echoesSecret(parsed.frame.text))
+        ? redact(parsed.frame, this.secrets)
+        : parsed.frame;
     const bytes = buffer.length;
     if (frame.type === 4) {
       const promptId = frame.metadata.prompt_id;
