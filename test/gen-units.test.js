@@ -169,3 +169,23 @@ describe('Limiter', () => {
     assert.equal(limiter.active, 0);
   });
 });
+
+describe('RecentMap (the ended jobs and the cancels a config node remembers)', () => {
+  const { RecentMap } = require('../dist/generation/recent-map');
+
+  it('remembers at least its capacity of the latest keys, at most twice it, and a key set again is recent', () => {
+    const recent = new RecentMap(100);
+    for (let i = 0; i < 1000; i++) {
+      recent.set(`job-${i}`, i);
+      // The first key is set again now and then, so it stays among the latest.
+      if (i % 50 === 0) recent.set('job-0', 0);
+    }
+    for (let i = 900; i < 1000; i++) assert.equal(recent.get(`job-${i}`), i);
+    assert.equal(recent.has('job-0'), true);
+    assert.equal(recent.has('job-500'), false);
+    assert.ok(recent.size >= 100 && recent.size <= 200, `size ${recent.size}`);
+    recent.delete('job-999');
+    assert.equal(recent.has('job-999'), false);
+    assert.equal(recent.get('job-999'), undefined);
+  });
+});

@@ -4,6 +4,8 @@
  * then forgets it. Bounded; listeners hear each cancel as it is sent. No Node-RED inside.
  */
 
+import { RecentMap } from './recent-map';
+
 /**
  * `removed`: taken out of the queue (it will never run); `interrupted`: it was running and got the targeted
  * interrupt (it ends with `execution_interrupted`); `requested`: it was in no queue when cancelled.
@@ -12,21 +14,17 @@ export type CancelKind = 'removed' | 'interrupted' | 'requested';
 
 export type CancelListener = (promptId: string, kind: CancelKind) => void;
 
+/** At least this many of the latest cancels are remembered. */
 const REMEMBERED = 4096;
 
 export class CancelRegistry {
-  private readonly kinds = new Map<string, CancelKind>();
+  private readonly kinds = new RecentMap<string, CancelKind>(REMEMBERED);
   private readonly listeners = new Set<CancelListener>();
 
   /** Records cancels and tells every listener. */
   note(promptIds: string[], kind: CancelKind): void {
     for (const id of promptIds) {
-      this.kinds.delete(id);
       this.kinds.set(id, kind);
-      if (this.kinds.size > REMEMBERED) {
-        const oldest = this.kinds.keys().next().value;
-        if (oldest !== undefined) this.kinds.delete(oldest);
-      }
       for (const listener of [...this.listeners]) {
         try {
           listener(id, kind);

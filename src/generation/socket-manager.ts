@@ -8,6 +8,7 @@
 import WebSocket from 'ws';
 import { redact } from '../http/errors';
 import { DEFAULT_MAX_FRAME_BYTES, parseBinaryFrame, type BinaryFrame } from './frames';
+import { RecentMap } from './recent-map';
 
 export interface SocketManagerOptions {
   /** The service's base address (http/https); the socket goes to the same host with ws/wss at /ws. */
@@ -108,6 +109,7 @@ interface BufferedJob {
 const TERMINAL_EVENTS = new Set(['execution_success', 'execution_error', 'execution_interrupted']);
 /** Events dropped first when a kept job's buffer is full: the result does not depend on them. */
 const LOSSY_EVENTS = new Set(['progress', 'progress_state', 'preview', 'text']);
+/** At least this many of the latest ended prompt_ids are remembered (their late events are dropped). */
 const ENDED_MEMORY = 4096;
 /**
  * Frames that only feed progress output: while no await wants progress they are not parsed at all (a job's
@@ -155,7 +157,7 @@ export class SocketManager {
   private progressWanted = 0;
   private readonly buffered = new Map<string, BufferedJob>();
   /** prompt_ids whose await ended: their late events (`executing` null...) are not kept. */
-  private readonly ended = new Set<string>();
+  private readonly ended = new RecentMap<string, true>(ENDED_MEMORY);
   private readonly waiters = new Set<{ deadline: number; finish: (open: boolean) => void }>();
   private ws?: WebSocket;
   private currentState: ConnectionState = 'idle';
@@ -689,11 +691,7 @@ export class SocketManager {
   }
 
   private rememberEnded(promptId: string): void {
-    this.ended.add(promptId);
-    if (this.ended.size > ENDED_MEMORY) {
-      const oldest = this.ended.values().next().value;
-      if (oldest !== undefined) this.ended.delete(oldest);
-    }
+    this.ended.set(promptId, true);
   }
 
   /** Number of prompt_ids whose events are kept for a later await. */
