@@ -129,6 +129,24 @@ const TERMINAL_EVENTS: Record<string, JobEndStatus> = {
   execution_interrupted: 'cancelled',
 };
 
+function unknownFailure(): ExecutionError {
+  return {
+    exception_type: 'unknown',
+    exception_message: 'the service reports the job as failed',
+    traceback: [],
+  };
+}
+
+/** Keeps the job's node string when the event names the same node (the old string is already old). */
+function setNode(job: TrackedJob, node: string): void {
+  if (job.node !== node) job.node = node;
+}
+
+function setOutputs(result: JobResult, outputs: JobOutputs): void {
+  result.outputs = outputs;
+  result.files = filesOf(outputs);
+}
+
 class TrackedJob implements JobView {
   phase: 'pending' | 'running' = 'pending';
   node?: string;
@@ -389,7 +407,7 @@ export class JobTracker {
           void this.endedWithoutResult(job);
           return;
         }
-        job.node = String(node);
+        setNode(job, String(node));
         job.step = undefined;
         this.setPhase(job, 'running');
         break;
@@ -397,8 +415,15 @@ export class JobTracker {
       case 'progress': {
         const value = Number(data.value);
         const max = Number(data.max);
-        if (Number.isFinite(value) && Number.isFinite(max)) job.step = { value, max };
-        if (typeof data.node === 'string') job.node = data.node;
+        if (Number.isFinite(value) && Number.isFinite(max)) {
+          // Changed in place: a new object per event, held by a long-lived job, would outlive the young
+          // generation and make every scavenge copy one per job in flight.
+          if (job.step) {
+            job.step.value = value;
+            job.step.max = max;
+          } else job.step = { value, max };
+        }
+        if (typeof data.node === 'string') setNode(job, data.node);
         this.setPhase(job, 'running');
         break;
       }
@@ -686,25 +711,22 @@ export class JobTracker {
     void this.end(job, 'timeout', {});
   }
 
-  private async end(
+  /**
+   * Ends a job with its result. Synchronous when the events told everything, which is the common end and
+   * may come for 10,000 jobs at once: no promise per job. Only an error or outputs that REST must give make
+   * it wait (then the returned promise settles when the job has ended; it never rejects).
+   */
+  private end(
     job: TrackedJob,
     status: JobEndStatus,
     details: { error?: ExecutionError; fromRest?: boolean; eventEpoch?: number; outputs?: JobOutputs },
-  ): Promise<void> {
-    if (job.ending) return;
+  ): Promise<void> | undefined {
+    if (job.ending) return undefined;
     job.ending = true;
     const result: JobResult = { prompt_id: job.promptId, status };
     if (status === 'failed') {
-      const error =
-        details.error ??
-        (details.fromRest
-          ? await this.connection.lookup.executionError(job.promptId, this.aborter.signal)
-          : undefined);
-      result.error = error ?? {
-        exception_type: 'unknown',
-        exception_message: 'the service reports the job as failed',
-        traceback: [],
-      };
+      if (!details.error && details.fromRest) return this.endAfterLookup(job, result);
+      result.error = details.error ?? unknownFailure();
     }
     if (status === 'completed') {
       const complete =
@@ -712,19 +734,29 @@ export class JobTracker {
         !job.gap &&
         job.startEpoch !== undefined &&
         (details.eventEpoch === undefined || details.eventEpoch === job.startEpoch);
-      let outputs = job.outputs;
-      if (!complete) {
-        const fetched =
-          details.outputs ??
-          (await this.connection.lookup.outputs(job.promptId, this.aborter.signal, (message) =>
-            this.log('debug', `graph-gen: ${message}`),
-          ));
-        if (fetched) outputs = fetched;
-        else result.outputs_incomplete = true;
-      }
-      result.outputs = outputs;
-      result.files = filesOf(outputs);
+      if (!complete && !details.outputs) return this.endAfterLookup(job, result);
+      setOutputs(result, complete ? job.outputs : (details.outputs ?? job.outputs));
     }
+    this.finish(job, result);
+    return undefined;
+  }
+
+  /** The end of a failed job whose error, or a completed job whose outputs, only REST can give. */
+  private async endAfterLookup(job: TrackedJob, result: JobResult): Promise<void> {
+    if (result.status === 'failed') {
+      result.error =
+        (await this.connection.lookup.executionError(job.promptId, this.aborter.signal)) ?? unknownFailure();
+    } else {
+      const fetched = await this.connection.lookup.outputs(job.promptId, this.aborter.signal, (message) =>
+        this.log('debug', `graph-gen: ${message}`),
+      );
+      if (!fetched) result.outputs_incomplete = true;
+      setOutputs(result, fetched ?? job.outputs);
+    }
+    this.finish(job, result);
+  }
+
+  private finish(job: TrackedJob, result: JobResult): void {
     if (!this.jobs.has(job)) return;
     this.release(job, true);
     try {
