@@ -1,6 +1,8 @@
 'use strict';
 const assert = require('node:assert/strict');
 const net = require('node:net');
+const path = require('node:path');
+const { fork } = require('node:child_process');
 const { startSandbox } = require('../dist/sandbox');
 const { SocketManager, socketAddress } = require('../dist/generation/socket-manager');
 const { encodePreview, encodeText, encodePreviewWithMetadata } = require('../dist/generation/frames');
@@ -204,6 +206,38 @@ describe('socket manager', () => {
     await until(() => aged.keptJobs >= 1 && aged.stats.framesReceived >= 3, 'the frames');
     await sleep(20);
     assert.deepEqual(listen(aged, 'old').events, [], 'an old kept job was dropped');
+  });
+
+  it('reads a flood of frames a turn of the event loop at a time: what waits for the next turn is not held up behind it', async () => {
+    // The flood comes from another process, as a server's does, so it arrives while this one reads.
+    const total = 30_000;
+    const server = fork(path.join(__dirname, 'support', 'flood-server.js'), [String(total)]);
+    const port = await new Promise((resolve) => server.once('message', resolve));
+    try {
+      const sockets = manager({ baseUrl: `http://127.0.0.1:${port}` });
+      let received = 0;
+      let lastTurn = 0;
+      let mostInOneTurn = 0;
+      // Node-RED delivers the msgs a node sends on the next turn (setImmediate), and timers run then too.
+      const turn = () => {
+        mostInOneTurn = Math.max(mostInOneTurn, received - lastTurn);
+        lastTurn = received;
+        if (received < total) setImmediate(turn);
+      };
+      sockets.subscribe('flood', () => {
+        received += 1;
+        // A reader slower than the server (a flow's work per event): the frames pile up in the socket.
+        const busyUntil = process.hrtime.bigint() + 20_000n;
+        while (process.hrtime.bigint() < busyUntil);
+        if (received === 1) setImmediate(turn);
+      });
+      await until(() => received === total, 'every frame of the flood', 20_000);
+      // A pause's worth (FRAMES_PER_TURN, then the rest of the chunk being parsed) per turn, not thousands.
+      assert.ok(mostInOneTurn < 2500, `${mostInOneTurn} of ${total} frames were read in one turn`);
+      assert.equal(sockets.stats.framesDropped, 0);
+    } finally {
+      server.kill();
+    }
   });
 
   it('bounds the bytes it keeps for jobs nobody awaits, text and binary, the oldest jobs making room', async () => {

@@ -119,6 +119,13 @@ const PROGRESS_ONLY_TEXT = new Set(['progress_state']);
 const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
 /** A text frame's type when it comes first, as the services send it; a frame in another order is parsed. */
 const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
+/**
+ * Frames read in one turn of the event loop before the socket pauses until the next turn. A server that
+ * sends faster than we read would otherwise keep the loop in its I/O phase (Node reads a busy socket up to
+ * 32 times per turn): the msgs our nodes send (Node-RED delivers them in the next check phase), other
+ * flows, timers and HTTP would wait behind thousands of frames.
+ */
+const FRAMES_PER_TURN = 100;
 
 export class SocketManager {
   static defaultTimings: SocketTimings = {
@@ -155,6 +162,8 @@ export class SocketManager {
   private readonly listeners = new Map<string, Set<JobListener>>();
   /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
   private progressWanted = 0;
+  /** Frames read in this turn of the event loop (see FRAMES_PER_TURN). */
+  private framesThisTurn = 0;
   private readonly buffered = new Map<string, BufferedJob>();
   /** prompt_ids whose await ended: their late events (`executing` null...) are not kept. */
   private readonly ended = new RecentMap<string, true>(ENDED_MEMORY);
@@ -332,7 +341,10 @@ export class SocketManager {
     let closedResolve: () => void = () => undefined;
     this.closedSocket = new Promise<void>((resolve) => (closedResolve = resolve));
     ws.on('open', () => this.onOpen(ws));
-    ws.on('message', (data, isBinary) => this.onMessage(data, isBinary));
+    ws.on('message', (data, isBinary) => {
+      this.pace(ws);
+      this.onMessage(data, isBinary);
+    });
     ws.on('pong', () => (this.awaitingPong = false));
     ws.on('error', (error) => {
       const status = /Unexpected server response: (\d+)/.exec(error.message)?.[1];
@@ -469,6 +481,17 @@ export class SocketManager {
     this.currentState = state;
     const reconnected = state === 'open' && this.epochCount > 1;
     for (const user of [...this.users]) this.safely(() => user.onConnectionState?.(state, reconnected));
+  }
+
+  /** Counts the turn's frames; past FRAMES_PER_TURN, pauses reading until the msgs queued so far are delivered. */
+  private pace(ws: WebSocket): void {
+    this.framesThisTurn += 1;
+    if (this.framesThisTurn === 1) setImmediate(() => (this.framesThisTurn = 0));
+    else if (this.framesThisTurn === FRAMES_PER_TURN) {
+      ws.pause();
+      // Queued after what this turn's frames sent, so those go first.
+      setImmediate(() => ws.resume());
+    }
   }
 
   private onMessage(data: WebSocket.RawData, isBinary: boolean): void {
