@@ -125,7 +125,7 @@ const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
  * 32 times per turn): the msgs our nodes send (Node-RED delivers them in the next check phase), other
  * flows, timers and HTTP would wait behind thousands of frames.
  */
-const FRAMES_PER_TURN = 100;
+const FRAMES_PER_TURN = 400;
 
 export class SocketManager {
   static defaultTimings: SocketTimings = {
