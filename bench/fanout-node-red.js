@@ -26,8 +26,17 @@ function profiler(dir) {
       }),
   };
 }
+const gcPauses = { totalMs: 0, maxMs: 0 };
+new (require('node:perf_hooks').PerformanceObserver)((list) => {
+  for (const entry of list.getEntries()) {
+    gcPauses.totalMs += entry.duration;
+    gcPauses.maxMs = Math.max(gcPauses.maxMs, entry.duration);
+  }
+}).observe({ entryTypes: ['gc'] });
 module.exports.functionGlobalContext = {
   bench: {
+    // The collector's pauses since the round's run began (reset with profile=start).
+    gc: gcPauses,
     clock: () => performance.timeOrigin + performance.now(),
     cpu: () => process.cpuUsage(),
     ended: new Map(),
@@ -111,6 +120,7 @@ return null;`,
       z: tab,
       func: `const bench = global.get('bench');
 const full = msg.req.query.full === '1';
+if (msg.req.query.profile === 'start') bench.gc.totalMs = bench.gc.maxMs = 0;
 if (bench.profiler && msg.req.query.profile === 'start') bench.profiler.start();
 if (bench.profiler && msg.req.query.profile === 'stop') bench.profiler.stop();
 msg.payload = {
@@ -118,6 +128,7 @@ msg.payload = {
   failed: bench.failed,
   progress: bench.progress,
   cpu: bench.cpu(),
+  gc: { ...bench.gc },
   times: full ? Object.fromEntries(bench.ended) : undefined,
 };
 if (msg.req.query.reset === '1') {
@@ -198,6 +209,7 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
     return {
       timeMs,
       cpuMs: cpu,
+      gc: end.gc,
       completed: end.ended,
       failed: end.failed,
       progressMsgs: end.progress,

@@ -13,7 +13,7 @@
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
 // sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
 const { fork } = require('node:child_process');
-const { performance } = require('node:perf_hooks');
+const { performance, PerformanceObserver } = require('node:perf_hooks');
 const fs = require('node:fs');
 const path = require('node:path');
 const v8 = require('node:v8');
@@ -39,6 +39,8 @@ const WORKFLOW = {
 
 /** Now on the machine's clock, in ms with sub-ms precision: comparable across processes. */
 const clock = () => performance.timeOrigin + performance.now();
+/** The collector's pauses (gcPauses), watched in the measuring process only, not in the sandbox's. */
+let GC;
 
 if (ARGS[0] === '--sandbox') {
   runSandbox();
@@ -84,6 +86,9 @@ async function runSandbox() {
     } else if (message.cmd === 'reset') {
       sandbox.counters.reset();
       sandbox.jobs.jobs.clear();
+      // The outputs' file records too: kept from round to round they grew the sandbox's heap by 10,000 a
+      // round, and its collector's pauses with it (frames stamped, then held in its write queue meanwhile).
+      sandbox.jobs.files.clear();
       sandbox.events.completionsSent.clear();
       // The next side starts once the last one's socket is gone: this cloud-like sandbox sends every event
       // to every socket with the key.
@@ -131,6 +136,25 @@ function startChild() {
     get url() {
       return url;
     },
+  };
+}
+
+/**
+ * The collector's pauses in this process from `reset()` on: a pause holds every frame that arrives meanwhile,
+ * so the tail of a side's latency is often its longest pause.
+ */
+function gcPauses() {
+  let totalMs = 0;
+  let maxMs = 0;
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      totalMs += entry.duration;
+      maxMs = Math.max(maxMs, entry.duration);
+    }
+  }).observe({ entryTypes: ['gc'] });
+  return {
+    reset: () => (totalMs = maxMs = 0),
+    read: () => ({ totalMs, maxMs }),
   };
 }
 
@@ -216,11 +240,13 @@ async function runBaseline(child, jobs) {
   });
   const cpu = process.cpuUsage();
   const started = performance.now();
+  GC.reset();
   await child.call('run', { ids });
   await finished;
   const result = {
     timeMs: performance.now() - started,
     cpuMs: cpuMs(cpu),
+    gc: GC.read(),
     frames,
     latencies: latencies.sort((a, b) => a - b),
     restPerJob: 0,
@@ -260,27 +286,40 @@ async function runOurs(child, jobs) {
   const latencies = [];
   let completed = 0;
   let outputs = 0;
+  let settled = 0;
+  let allSettled;
+  const finished = new Promise((resolve) => (allSettled = resolve));
   const cpu = process.cpuUsage();
   const started = performance.now();
-  const results = ids.map((id) =>
-    tracker.track(id, {
-      // onEnd is where the await-job node sends its output msg.
-      onEnd: (result) => {
-        const at = sentAt.get(id);
-        if (at !== undefined) latencies.push(clock() - at);
-        if (result.status === 'completed') completed += 1;
-        outputs += result.files?.length ?? 0;
-      },
-    }),
-  );
+  for (const id of ids) {
+    tracker
+      .track(id, {
+        // onEnd is where the await-job node sends its output msg.
+        onEnd: (result) => {
+          const at = sentAt.get(id);
+          if (at !== undefined) latencies.push(clock() - at);
+          if (result.status === 'completed') completed += 1;
+          outputs += result.files?.length ?? 0;
+        },
+      })
+      // Awaited as the node awaits it, and counted, not collected: a Promise.all would hold every result
+      // until the last, which neither the node nor the bare client does (each scavenge in the burst would
+      // copy the results so far).
+      .then(() => {
+        if (++settled === ids.length) allSettled();
+      });
+  }
+  GC.reset();
   await child.call('run', { ids });
-  await Promise.all(results);
+  await finished;
   const timeMs = performance.now() - started;
   const cpuUsed = cpuMs(cpu);
+  const gcUsed = GC.read();
   const after = await child.call('stats');
   const result = {
     timeMs,
     cpuMs: cpuUsed,
+    gc: gcUsed,
     frames: sockets.stats.framesReceived,
     completed,
     outputs,
@@ -323,6 +362,7 @@ async function heapPerJob(child, jobs) {
 }
 
 async function main() {
+  GC = gcPauses();
   const child = startChild();
   await child.ready;
   const flow = NODE_RED
@@ -362,6 +402,8 @@ async function main() {
         cpuMs: median(list.map((run) => run.cpuMs)),
         p50: median(list.map((run) => percentile(run.latencies, 50))),
         p99: median(list.map((run) => percentile(run.latencies, 99))),
+        gcTotalMs: median(list.map((run) => run.gc.totalMs)),
+        gcMaxMs: median(list.map((run) => run.gc.maxMs)),
         restPerJob: median(list.map((run) => run.restPerJob)),
         completed: Math.min(...list.map((run) => run.completed ?? jobs)),
         socketsOpened: Math.max(...list.map((run) => run.socketsOpened ?? 1)),
@@ -432,6 +474,14 @@ async function main() {
           (v) => v.toFixed(0),
         ),
         ratios((side) => side.cpuMs, 'target <= x1.2'),
+      ],
+      [
+        '  GC pauses in the run: total / longest (ms)',
+        ...cells(
+          (side) => side,
+          (side) => `${side.gcTotalMs.toFixed(0)} / ${side.gcMaxMs.toFixed(1)}`,
+        ),
+        '',
       ],
       [
         '  REST requests per job (besides submit)',
