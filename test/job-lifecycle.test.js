@@ -149,12 +149,12 @@ describe('job lifecycle on a self-hosted server', () => {
       const job = sandbox.jobs.submit(workflow(HANG), connection.clientId);
       const pending = tracker.track(job.id);
       await until(() => tracker.views()[0]?.phase === 'running', 'the job to run');
-      // After the first reconnect the status check (a queue read) answers "running" at once, but the answer
-      // is held back.
+      // After the first reconnect the status check (a read of the active jobs) answers "running" at once, but
+      // the answer is held back.
       sandbox.counters.reset();
-      sandbox.faults.add({ method: 'GET', path: '/api/queue', holdMs: 500 });
+      sandbox.faults.add({ method: 'GET', path: '/api/jobs', holdMs: 500 });
       sandbox.events.dropSockets();
-      await until(() => sandbox.counters.matching('/api/queue', 'GET').length === 1, 'the first check');
+      await until(() => sandbox.counters.matching('/api/jobs', 'GET').length === 1, 'the first check');
       await sleep(50);
       // The job ends with no event reaching us, and the socket drops and comes back again meanwhile.
       job.state = 'completed';
@@ -180,12 +180,111 @@ describe('job lifecycle on a self-hosted server', () => {
       await sleep(2200);
       const requests = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
       const reads = requests.filter((seen) => seen.path === '/api/queue').length;
-      assert.equal(requests.length, reads, 'only queue reads');
+      // This cloud-like server has no list of active jobs: asked once, then only its queue is read.
+      assert.equal(requests.length, reads + 1, 'only queue reads');
+      assert.equal(requests.filter((seen) => seen.path === '/api/jobs').length, 1);
       assert.ok(reads >= 5 && reads <= 30, `${reads} queue reads for 2,000 jobs over 2.2 s`);
       assert.equal(tracker.views().filter((job) => job.phase === 'pending').length, 2000);
       tracker.close();
       await Promise.all(pending);
     }).timeout(30000);
+
+    it('a self-hosted server lists its waiting and running jobs at /api/jobs: read there, without their workflows', async () => {
+      const { sandbox, connection, tracker } = await setUp({
+        trackerOptions: { quietCheckMs: 200, queueFreshMs: 100 },
+        sandboxOptions: { events: { autoRun: false, statusEvents: false } },
+      });
+      await connection.sockets().ready(5000);
+      const ids = Array.from({ length: 2000 }, () => sandbox.jobs.submit(workflow(), 'other-client').id);
+      sandbox.counters.reset();
+      const pending = ids.map((id) => tracker.track(id));
+      await sleep(1200);
+      const requests = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
+      assert.ok(requests.length >= 3, `${requests.length} reads`);
+      assert.deepEqual(
+        new Set(requests.map((seen) => `${seen.method} ${seen.path}`)),
+        new Set(['GET /api/jobs']),
+      );
+      assert.equal(tracker.views().filter((job) => job.phase === 'pending').length, 2000);
+      // What it saves: the list's answer against the queue's, for the same 2,000 jobs.
+      const sizeOf = async (path) =>
+        (await fetch(`${sandbox.url}${path}`).then((answer) => answer.text())).length;
+      const listBytes = await sizeOf('/api/jobs?status=pending,in_progress');
+      const queueBytes = await sizeOf('/api/queue');
+      // These workflows are three tiny nodes; a real one is tens of kilobytes, all in each queue entry.
+      assert.ok(listBytes * 2 < queueBytes, `list ${listBytes} B, queue ${queueBytes} B`);
+      tracker.close();
+      await Promise.all(pending);
+    }).timeout(30000);
+  });
+
+  describe('queue reads: the list of active jobs where the server has it, else the queue', () => {
+    /** A self-hosted sandbox with a running job and a waiting one; the connection's reads counted from here. */
+    async function runningAndWaiting(generationOptions = {}) {
+      const { sandbox, connection } = await setUp({ sandboxOptions: { events: { autoRun: false } } });
+      Object.assign(sandbox.generation.options, generationOptions);
+      const running = sandbox.jobs.submit(workflow(), 'other-client');
+      const waiting = sandbox.jobs.submit(workflow(), 'other-client');
+      running.state = 'in_progress';
+      sandbox.counters.reset();
+      const reads = () => sandbox.counters.requests.map((seen) => `${seen.method} ${seen.path}`);
+      return { sandbox, connection, running, waiting, reads };
+    }
+    const idsOf = (ids) => ({ running: [...ids.running], pending: [...ids.pending] });
+
+    it('from the list: the running job and the waiting one, in one request', async () => {
+      const { connection, running, waiting, reads } = await runningAndWaiting();
+      assert.deepEqual(idsOf(await connection.queueIds()), { running: [running.id], pending: [waiting.id] });
+      assert.deepEqual(reads(), ['GET /api/jobs']);
+    });
+
+    it('a server without the list (an older one) is asked once, then only its queue is read', async () => {
+      const { connection, running, waiting, reads } = await runningAndWaiting({ jobsList: false });
+      const expected = { running: [running.id], pending: [waiting.id] };
+      assert.deepEqual(idsOf(await connection.queueIds()), expected);
+      assert.deepEqual(await connection.queueIds().then(idsOf), expected);
+      assert.deepEqual(reads(), ['GET /api/jobs', 'GET /api/queue', 'GET /api/queue']);
+      assert.ok(connection.lookup.absentRoutes.includes('jobs_list'));
+    });
+
+    for (const [what, fault] of [
+      [
+        'a page of a longer list',
+        { body: { jobs: [], pagination: { offset: 0, limit: 1, total: 2, has_more: true } } },
+      ],
+      [
+        'a list that ignored the filter',
+        { body: { jobs: [{ id: 'x', status: 'completed' }], pagination: { has_more: false } } },
+      ],
+      ['a refused filter (400)', { status: 400, body: { error: 'Invalid status value(s)' } }],
+      ['another shape', { body: [{ id: 'x', status: 'pending' }] }],
+    ]) {
+      it(`${what} is not taken for the queue: the queue is read, and from then on only the queue`, async () => {
+        const { sandbox, connection, running, waiting, reads } = await runningAndWaiting();
+        sandbox.faults.add({ method: 'GET', path: '/api/jobs', status: 200, ...fault });
+        const expected = { running: [running.id], pending: [waiting.id] };
+        assert.deepEqual(idsOf(await connection.queueIds()), expected);
+        assert.deepEqual(idsOf(await connection.queueIds()), expected);
+        assert.deepEqual(reads(), ['GET /api/jobs', 'GET /api/queue', 'GET /api/queue']);
+      });
+    }
+
+    it('a list that failed once (a 500 after retries) is read from the queue that time, and tried again next time', async () => {
+      const { sandbox, connection, running, waiting, reads } = await runningAndWaiting();
+      sandbox.faults.add({
+        method: 'GET',
+        path: '/api/jobs',
+        status: 500,
+        body: { error: 'busy' },
+        times: Infinity,
+      });
+      const expected = { running: [running.id], pending: [waiting.id] };
+      assert.deepEqual(idsOf(await connection.queueIds()), expected);
+      sandbox.faults.clear();
+      sandbox.counters.reset();
+      assert.deepEqual(idsOf(await connection.queueIds()), expected);
+      assert.deepEqual(reads(), ['GET /api/jobs']);
+    });
   });
 
   describe('cancel means cancelled (nodes)', () => {

@@ -6,9 +6,11 @@ import { randomUUID } from 'node:crypto';
 import { HttpClient } from '../http/client';
 import { invalidInput } from '../http/errors';
 import { CancelRegistry } from './cancels';
-import { JobLookup } from './job-status';
-import { GenerationRestClient, promptIdsOf } from './rest-client';
+import { JobLookup, type QueueIds } from './job-status';
+import { GenerationRestClient } from './rest-client';
 import { SocketManager } from './socket-manager';
+
+export type { QueueIds };
 
 export interface GenerationSettings {
   /** e.g. https://gen.example.com; REST paths /api/... are appended. */
@@ -73,11 +75,6 @@ export interface CancelOutcome {
   notQueued: string[];
 }
 
-export interface QueueIds {
-  running: Set<string>;
-  pending: Set<string>;
-}
-
 /** Where a queue read puts the job: `running`, `pending`, or undefined when it does not list it. */
 export function phaseInQueue(ids: QueueIds | undefined, promptId: string): 'running' | 'pending' | undefined {
   if (ids?.running.has(promptId)) return 'running';
@@ -111,7 +108,7 @@ export class GenerationConnection {
       serviceName: 'the generation service',
     });
     this.rest = new GenerationRestClient(this.http, settings.partnerKeyField, this.limits.listBytes);
-    this.lookup = new JobLookup(this.http);
+    this.lookup = new JobLookup(this.http, this.limits.listBytes);
   }
 
   /**
@@ -142,14 +139,10 @@ export class GenerationConnection {
     return body;
   }
 
-  /** The ids in the queue, or undefined when the queue cannot be read (callers go on without it). */
+  /** The ids in the queue (JobLookup.queueIds), or undefined when it cannot be read (callers go on without it). */
   async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
     try {
-      const queue = await this.rest.queue(signal);
-      return {
-        running: new Set(promptIdsOf(queue.queue_running)),
-        pending: new Set(promptIdsOf(queue.queue_pending)),
-      };
+      return await this.lookup.queueIds(signal);
     } catch (error) {
       if (signal?.aborted) throw error;
       return undefined;

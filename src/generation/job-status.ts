@@ -26,7 +26,37 @@ export interface StatusAnswer {
   outputs?: JobOutputs;
 }
 
-export type StatusRoute = 'status' | 'jobs' | 'history_v2' | 'history' | 'queue';
+export type StatusRoute = 'status' | 'jobs' | 'history_v2' | 'history' | 'queue' | 'jobs_list';
+
+/** The jobs a queue read found waiting and running. */
+export interface QueueIds {
+  running: Set<string>;
+  pending: Set<string>;
+}
+
+/** The list of waiting and running jobs, as self-hosted servers serve it since ComfyUI 0.8. */
+const ACTIVE_JOBS_PATH = '/api/jobs?status=pending,in_progress';
+const ACTIVE_STATUSES: Record<string, keyof QueueIds> = { pending: 'pending', in_progress: 'running' };
+
+/**
+ * The ids in a `/api/jobs` list answer (`{jobs: [{id, status, ...}], pagination: {has_more, ...}}`) when it
+ * is the whole list of waiting and running jobs; undefined for anything else. A page of a longer list, or a
+ * list holding other statuses (a server that ignored the filter), would make the jobs it leaves out look
+ * forgotten.
+ */
+function activeIdsOf(body: unknown): QueueIds | undefined {
+  if (!isRecord(body) || !Array.isArray(body.jobs) || !isRecord(body.pagination)) return undefined;
+  if (body.pagination.has_more !== false) return undefined;
+  const ids: QueueIds = { running: new Set(), pending: new Set() };
+  for (const job of body.jobs) {
+    if (!isRecord(job) || typeof job.id !== 'string' || job.id === '' || typeof job.status !== 'string')
+      return undefined;
+    const list = Object.hasOwn(ACTIVE_STATUSES, job.status) ? ACTIVE_STATUSES[job.status] : undefined;
+    if (!list) return undefined;
+    ids[list].add(job.id);
+  }
+  return ids;
+}
 
 /** The error fields of an `execution_error` event (or of a body that carries one). */
 export function executionError(data: unknown): ExecutionError {
@@ -130,7 +160,11 @@ type RouteAnswer =
 export class JobLookup {
   private readonly absent = new Set<StatusRoute>();
 
-  constructor(private readonly http: HttpClient) {}
+  /** `listBytes`: the largest queue answer read (`/api/queue` lists every job with its whole workflow). */
+  constructor(
+    private readonly http: HttpClient,
+    private readonly listBytes = 64 * 1024 * 1024,
+  ) {}
 
   /** The routes this server was found to lack. */
   get absentRoutes(): StatusRoute[] {
@@ -167,9 +201,53 @@ export class JobLookup {
 
     if (spec.kind === 'absent' && jobs.kind === 'absent' && history.kind === 'absent') return undefined;
     // History lists ended jobs only: the queue tells a waiting or running job from a forgotten one.
-    const queued = await this.queuePhase(promptId, signal);
-    if (queued) return { phase: queued, word: queued };
+    const queue = await this.queueIds(signal);
+    if (queue?.running.has(promptId)) return { phase: 'running', word: 'running' };
+    if (queue?.pending.has(promptId)) return { phase: 'pending', word: 'pending' };
     return { phase: 'unknown' };
+  }
+
+  /**
+   * The jobs waiting and running, for every job of this config node in one request: from the list of
+   * active jobs where the server has it (entries of about 100 bytes), else from `/api/queue` (each entry
+   * with its whole workflow, tens of kilobytes on a real one). Undefined when neither route is there.
+   */
+  async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
+    const listed = await this.activeJobs(signal);
+    if (listed) return listed;
+    const queue = await this.get('queue', '/api/queue', signal, this.listBytes);
+    if (queue.kind !== 'body' || !isRecord(queue.body)) return undefined;
+    // Any other answer is not an empty queue: it would make every awaited job look forgotten.
+    const { queue_running: running, queue_pending: pending } = queue.body;
+    if (!Array.isArray(running) && !Array.isArray(pending)) return undefined;
+    return {
+      running: new Set(promptIdsOf(running)),
+      pending: new Set(promptIdsOf(pending)),
+    };
+  }
+
+  /**
+   * `GET /api/jobs?status=pending,in_progress`. A server without that list (older self-hosted servers, the
+   * cloud services we know), one that refuses the filter, or one that answers with a page or another shape
+   * is remembered, and its queue is read from then on. A failed request falls back for this read only.
+   */
+  private async activeJobs(signal?: AbortSignal): Promise<QueueIds | undefined> {
+    if (this.absent.has('jobs_list')) return undefined;
+    let answer: { status: number; body: unknown };
+    try {
+      answer = await this.http.json<unknown>(ACTIVE_JOBS_PATH, {
+        acceptStatus: [400, 404, 405],
+        signal,
+        action: 'listing the queue',
+        maxBytes: this.listBytes,
+      });
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      return undefined;
+    }
+    const ids = answer.status < 300 ? activeIdsOf(answer.body) : undefined;
+    if (!ids) this.absent.add('jobs_list');
+    return ids;
   }
 
   /** The execution error of a failed job, where the service tells it; undefined otherwise. */
@@ -223,26 +301,22 @@ export class JobLookup {
     return undefined;
   }
 
-  /** `pending` or `running` when the queue lists the job; undefined when it does not (or cannot say). */
-  private async queuePhase(promptId: string, signal?: AbortSignal): Promise<JobPhase | undefined> {
-    const queue = await this.get('queue', '/api/queue', signal);
-    if (queue.kind !== 'body' || !isRecord(queue.body)) return undefined;
-    const has = (list: unknown) => promptIdsOf(list).includes(promptId);
-    if (has(queue.body.queue_running)) return 'running';
-    if (has(queue.body.queue_pending)) return 'pending';
-    return undefined;
-  }
-
   /**
    * One route: `absent` when the server lacks it (a 405, or a 404 that is not JSON: a framework's page for
    * a route it does not have), remembered for the next check; `missing` for a JSON 404 (the job is not
    * known there); otherwise the body.
    */
-  private async get(route: StatusRoute, path: string, signal?: AbortSignal): Promise<RouteAnswer> {
+  private async get(
+    route: StatusRoute,
+    path: string,
+    signal?: AbortSignal,
+    maxBytes?: number,
+  ): Promise<RouteAnswer> {
     if (this.absent.has(route)) return { kind: 'absent' };
     const answer = await this.http.json<unknown>(path, {
       acceptStatus: [404, 405],
       signal,
+      maxBytes,
       action: route === 'queue' ? 'listing the queue' : 'checking the status of a job',
     });
     if (answer.status === 405 || (answer.status === 404 && !answer.json)) {

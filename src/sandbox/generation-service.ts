@@ -26,6 +26,11 @@ export interface GenerationServiceOptions {
   statusWords?: 'spec' | 'raw';
   /** Serve GET /api/jobs/{id} (default true). */
   jobsEndpoint?: boolean;
+  /**
+   * Self-hosted only: serve the job list `GET /api/jobs?status=...` as ComfyUI 0.8 and later do (default
+   * true; false: as older servers, which answer it 404).
+   */
+  jobsList?: boolean;
   /** Serve GET /api/history_v2/{id} (default true). */
   historyV2Endpoint?: boolean;
   /** Serve GET /api/history/{id} (default true). */
@@ -603,6 +608,53 @@ export async function mountGenerationService(
       outputs_count: ended ? countFiles(job.outputs) : 0,
       ...(job.error ? { execution_error: { prompt_id: job.id, ...job.error } } : {}),
       ...(ended ? { outputs: job.outputs, execution_status: executionStatus(job) } : {}),
+    });
+  });
+
+  // As a self-hosted server lists jobs (ComfyUI v0.8.0, measured): every job, or those of the statuses
+  // asked for, newest first, without workflows; an interrupted job is `failed`. Cloud services: no list.
+  const LIST_STATUSES = ['pending', 'in_progress', 'completed', 'failed'];
+  route('GET', '/jobs', (ctx) => {
+    if (!jobs.selfHosted || options.jobsList === false) return server.notFound(ctx);
+    const query = ctx.url.searchParams;
+    const asked = query.get('status');
+    const wanted = asked
+      ? asked
+          .split(',')
+          .map((word) => word.trim().toLowerCase())
+          .filter(Boolean)
+      : LIST_STATUSES;
+    const invalid = wanted.filter((word) => !LIST_STATUSES.includes(word));
+    if (invalid.length > 0) {
+      return ctx.json(400, {
+        error: `Invalid status value(s): ${invalid.join(', ')}. Valid values: ${LIST_STATUSES.join(', ')}`,
+      });
+    }
+    let limit: number | undefined;
+    if (query.has('limit')) {
+      limit = Number(query.get('limit'));
+      if (!Number.isInteger(limit) || limit <= 0)
+        return ctx.json(400, { error: 'limit must be a positive integer' });
+    }
+    const offset = Math.max(0, Number.parseInt(query.get('offset') ?? '0', 10) || 0);
+    const listed = [...jobs.jobs.values()]
+      .filter((job) => wanted.includes(job.state === 'cancelled' ? 'failed' : job.state))
+      .sort((a, b) => b.number - a.number);
+    const page = listed.slice(offset, limit === undefined ? undefined : offset + limit);
+    ctx.json(200, {
+      jobs: page.map((job) => ({
+        id: job.id,
+        status: job.state === 'cancelled' ? 'failed' : job.state,
+        priority: job.number,
+        create_time: job.createdAt,
+        outputs_count: terminal(job) ? countFiles(job.outputs) : 0,
+      })),
+      pagination: {
+        offset,
+        limit: limit ?? null,
+        total: listed.length,
+        has_more: offset + page.length < listed.length,
+      },
     });
   });
 

@@ -7,6 +7,7 @@ const helper = require('node-red-node-test-helper');
 const { comfy } = require('./support/comfy');
 const { jobOf, jobReaches, settle, prefix, quickJob, longJob, until } = require('./support/server');
 const { loadFlow, outputOf, submitThrough } = require('./support/flow');
+const { GenerationConnection } = require('../../dist/generation/connection');
 
 /** Submits a long job and a quick one behind it; resolves once the long one runs. */
 async function runningAndPending(out, name) {
@@ -33,6 +34,30 @@ describe('real ComfyUI: queue', function () {
     assert.ok(msg.pending.includes(pending), JSON.stringify(msg.pending));
     assert.ok(Array.isArray(msg.payload.queue_running));
     assert.equal(msg.topic, 'q');
+  });
+
+  it('status checks read the server’s list of active jobs (GET /api/jobs), not its queue with every workflow', async () => {
+    const out = await loadFlow(comfy.url);
+    const { running, pending } = await runningAndPending(out, prefix('active-list'));
+    // What the server answers: the whole list (no page), the two statuses, no workflow in an entry.
+    const listed = await fetch(`${comfy.url}/api/jobs?status=pending,in_progress`).then((answer) =>
+      answer.json(),
+    );
+    assert.equal(listed.pagination.has_more, false, JSON.stringify(listed.pagination));
+    const statusOf = (id) => listed.jobs.find((job) => job.id === id)?.status;
+    assert.equal(statusOf(running), 'in_progress');
+    assert.equal(statusOf(pending), 'pending');
+    assert.equal(JSON.stringify(listed).includes('ImageBlur'), false, 'no workflow in the list');
+    // What a config node's connection makes of it: the list is used, and stays in use.
+    const connection = new GenerationConnection({ baseUrl: comfy.url });
+    try {
+      const ids = await connection.queueIds();
+      assert.ok(ids.running.has(running), JSON.stringify([...ids.running]));
+      assert.ok(ids.pending.has(pending), JSON.stringify([...ids.pending]));
+      assert.equal(connection.lookup.absentRoutes.includes('jobs_list'), false);
+    } finally {
+      await connection.close();
+    }
   });
 
   it('cancel of a pending job: its await ends cancelled at once; the msg says removed', async () => {
