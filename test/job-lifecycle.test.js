@@ -167,9 +167,10 @@ describe('job lifecycle on a self-hosted server', () => {
   });
 
   describe('status traffic grows with time, not with the number of jobs', () => {
-    it('2,000 jobs queued on a quiet socket for ten quiet periods cost a few queue reads, no per-job check', async () => {
+    /** 2,000 jobs queued on a quiet socket (no events at all), awaited for `ms`: the requests meanwhile. */
+    async function quietQueue({ key, ms }) {
       const { sandbox, connection, tracker } = await setUp({
-        key: 'k-quiet',
+        key,
         trackerOptions: { quietCheckMs: 200, queueFreshMs: 100 },
         sandboxOptions: { events: { autoRun: false, statusEvents: false } },
       });
@@ -177,35 +178,30 @@ describe('job lifecycle on a self-hosted server', () => {
       const ids = Array.from({ length: 2000 }, () => sandbox.jobs.submit(workflow(), 'other-client').id);
       sandbox.counters.reset();
       const pending = ids.map((id) => tracker.track(id));
-      await sleep(2200);
+      await sleep(ms);
       const requests = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
+      assert.equal(tracker.views().filter((job) => job.phase === 'pending').length, 2000);
+      tracker.close();
+      await Promise.all(pending);
+      return { sandbox, requests };
+    }
+
+    it('2,000 jobs queued on a quiet socket for ten quiet periods cost a few queue reads, no per-job check', async () => {
+      const { requests } = await quietQueue({ key: 'k-quiet', ms: 2200 });
       const reads = requests.filter((seen) => seen.path === '/api/queue').length;
       // This cloud-like server has no list of active jobs: asked once, then only its queue is read.
       assert.equal(requests.length, reads + 1, 'only queue reads');
       assert.equal(requests.filter((seen) => seen.path === '/api/jobs').length, 1);
       assert.ok(reads >= 5 && reads <= 30, `${reads} queue reads for 2,000 jobs over 2.2 s`);
-      assert.equal(tracker.views().filter((job) => job.phase === 'pending').length, 2000);
-      tracker.close();
-      await Promise.all(pending);
     }).timeout(30000);
 
     it('a self-hosted server lists its waiting and running jobs at /api/jobs: read there, without their workflows', async () => {
-      const { sandbox, connection, tracker } = await setUp({
-        trackerOptions: { quietCheckMs: 200, queueFreshMs: 100 },
-        sandboxOptions: { events: { autoRun: false, statusEvents: false } },
-      });
-      await connection.sockets().ready(5000);
-      const ids = Array.from({ length: 2000 }, () => sandbox.jobs.submit(workflow(), 'other-client').id);
-      sandbox.counters.reset();
-      const pending = ids.map((id) => tracker.track(id));
-      await sleep(1200);
-      const requests = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
+      const { sandbox, requests } = await quietQueue({ ms: 1200 });
       assert.ok(requests.length >= 3, `${requests.length} reads`);
       assert.deepEqual(
         new Set(requests.map((seen) => `${seen.method} ${seen.path}`)),
         new Set(['GET /api/jobs']),
       );
-      assert.equal(tracker.views().filter((job) => job.phase === 'pending').length, 2000);
       // What it saves: the list's answer against the queue's, for the same 2,000 jobs.
       const sizeOf = async (path) =>
         (await fetch(`${sandbox.url}${path}`).then((answer) => answer.text())).length;
@@ -213,8 +209,6 @@ describe('job lifecycle on a self-hosted server', () => {
       const queueBytes = await sizeOf('/api/queue');
       // These workflows are three tiny nodes; a real one is tens of kilobytes, all in each queue entry.
       assert.ok(listBytes * 2 < queueBytes, `list ${listBytes} B, queue ${queueBytes} B`);
-      tracker.close();
-      await Promise.all(pending);
     }).timeout(30000);
   });
 
