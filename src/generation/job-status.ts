@@ -2,8 +2,9 @@
  * Asking the service about a job over REST, on whichever routes it has: `/api/job/{id}/status` (the spec),
  * `/api/jobs/{id}`, `/api/history_v2/{id}` and `/api/history/{id}` (self-hosted servers), and the queue
  * (`/api/jobs?status=pending,in_progress` where the server lists its active jobs, else `/api/queue`) to tell a
- * job that waits from one the service has forgotten, and to answer for many jobs at once. One JobLookup per config node remembers the
- * routes its server lacks, so a check costs one request, not three. Words are mapped by status-words.
+ * job that waits from one the service has forgotten, and to answer for many jobs at once. One JobLookup per
+ * config node remembers the routes its server lacks, so a check costs one request, not three. Words are mapped
+ * by status-words.
  */
 import type { HttpClient } from '../http/client';
 import { ServiceError } from '../http/errors';
