@@ -8,7 +8,7 @@
 // with the machine's clock) to the moment the result reaches the caller's code: the tracker's onEnd, where
 // the await-job node sends its msg, or the bare client's message handler after parsing.
 //
-//   node bench/fanout.js [1000,5000,10000]        (build first: npm run build)
+//   node bench/fanout.js [1000,5000,10000] [--node-red] [--progress] [--self-hosted]   (build first)
 //
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
 // sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
@@ -25,6 +25,11 @@ const SIZES = (ARGS.find((arg) => /^\d[\d,]*$/.test(arg)) ?? '1000,5000,10000').
 /** --node-red: also through the nodes in a real Node-RED; --progress: its await-job sends progress msgs too. */
 const NODE_RED = ARGS.includes('--node-red');
 const PROGRESS = ARGS.includes('--progress');
+/**
+ * --self-hosted: the sandbox as a self-hosted server (no key, events by client id, and the list of active jobs
+ * that status checks read instead of the queue); by default it is cloud-like.
+ */
+const SELF_HOSTED = ARGS.includes('--self-hosted');
 const ROUNDS = 5;
 const SUBMITS_AT_ONCE = 64;
 /**
@@ -55,7 +60,7 @@ if (ARGS[0] === '--sandbox') {
 async function runSandbox() {
   const { startSandbox } = require('../dist/sandbox');
   const sandbox = await startSandbox({
-    generationApiKey: KEY,
+    generationApiKey: SELF_HOSTED ? undefined : KEY,
     events: { autoRun: false, stepDelayMs: 0, maxSteps: 14, concurrency: Infinity, stampCompletion: true },
   });
   // The sandbox's validation needs the workflow's loader inputs only: KSampler takes what it is given here.
@@ -109,7 +114,9 @@ async function runSandbox() {
 }
 
 function startChild() {
-  const child = fork(__filename, ['--sandbox'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(__filename, ['--sandbox', ...(SELF_HOSTED ? ['--self-hosted'] : [])], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const pending = new Map();
   let next = 0;
   let url;
