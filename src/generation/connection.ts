@@ -10,8 +10,6 @@ import { JobLookup, type QueueIds } from './job-status';
 import { GenerationRestClient } from './rest-client';
 import { SocketManager } from './socket-manager';
 
-export type { QueueIds };
-
 export interface GenerationSettings {
   /** e.g. https://gen.example.com; REST paths /api/... are appended. */
   baseUrl: string;
@@ -73,13 +71,6 @@ export interface CancelOutcome {
   interrupted: string[];
   /** In no queue when cancelled: ended already, or unknown to the service. */
   notQueued: string[];
-}
-
-/** Where a queue read puts the job: `running`, `pending`, or undefined when it does not list it. */
-export function phaseInQueue(ids: QueueIds | undefined, promptId: string): 'running' | 'pending' | undefined {
-  if (ids?.running.has(promptId)) return 'running';
-  if (ids?.pending.has(promptId)) return 'pending';
-  return undefined;
 }
 
 export class GenerationConnection {

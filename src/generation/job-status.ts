@@ -36,6 +36,13 @@ export interface QueueIds {
   pending: Set<string>;
 }
 
+/** Where a queue read puts the job: `running`, `pending`, or undefined when it does not list it. */
+export function phaseInQueue(ids: QueueIds | undefined, promptId: string): 'running' | 'pending' | undefined {
+  if (ids?.running.has(promptId)) return 'running';
+  if (ids?.pending.has(promptId)) return 'pending';
+  return undefined;
+}
+
 /** The list of waiting and running jobs, as self-hosted servers serve it since ComfyUI 0.8. */
 const ACTIVE_JOBS_PATH = '/api/jobs?status=pending,in_progress';
 const ACTIVE_STATUSES: Record<string, keyof QueueIds> = { pending: 'pending', in_progress: 'running' };
@@ -203,15 +210,14 @@ export class JobLookup {
 
     if (spec.kind === 'absent' && jobs.kind === 'absent' && history.kind === 'absent') return undefined;
     // History lists ended jobs only: the queue tells a waiting or running job from a forgotten one.
-    const queue = await this.queueIds(signal);
-    if (queue?.running.has(promptId)) return { phase: 'running', word: 'running' };
-    if (queue?.pending.has(promptId)) return { phase: 'pending', word: 'pending' };
+    const queued = phaseInQueue(await this.queueIds(signal), promptId);
+    if (queued) return { phase: queued, word: queued };
     return { phase: 'unknown' };
   }
 
   /**
    * The jobs waiting and running, for every job of this config node in one request: from the list of
-   * active jobs where the server has it (entries of about 100 bytes), else from `/api/queue` (each entry
+   * active jobs where the server has it (entries of about 120 bytes), else from `/api/queue` (each entry
    * with its whole workflow, tens of kilobytes on a real one). Undefined when neither route is there.
    */
   async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {

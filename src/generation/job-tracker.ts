@@ -6,10 +6,10 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { CancelKind } from './cancels';
-import { phaseInQueue, type GenerationConnection } from './connection';
+import type { GenerationConnection } from './connection';
 import type { ImageType, PreviewMetadata } from './frames';
 import { filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
-import { executionError, type ExecutionError, type StatusAnswer } from './job-status';
+import { executionError, phaseInQueue, type ExecutionError, type StatusAnswer } from './job-status';
 import { Limiter } from './limiter';
 import { isTerminal } from './status-words';
 import type { ConnectionState, SocketEvent, SocketUser } from './socket-manager';
