@@ -449,6 +449,8 @@ export async function mountGenerationService(
 
   const notFound = (ctx: RequestContext, what: string) => ctx.json(404, { code: 'not_found', message: what });
   const statusWord = (job: SandboxJob) => (options.statusWords === 'raw' ? RAW_WORDS[job.state] : job.state);
+  // Self-hosted servers have no word for an interrupted job: /api/jobs calls it failed.
+  const selfHostedWord = (job: SandboxJob) => (job.state === 'cancelled' ? 'failed' : job.state);
   const terminal = (job: SandboxJob) =>
     job.state === 'completed' || job.state === 'failed' || job.state === 'cancelled';
   const readJson = async (ctx: RequestContext): Promise<unknown> => {
@@ -602,7 +604,7 @@ export async function mountGenerationService(
     const ended = terminal(job);
     ctx.json(200, {
       id: job.id,
-      status: job.state === 'cancelled' ? 'failed' : job.state,
+      status: selfHostedWord(job),
       priority: job.number,
       create_time: job.createdAt,
       outputs_count: ended ? countFiles(job.outputs) : 0,
@@ -638,13 +640,13 @@ export async function mountGenerationService(
     }
     const offset = Math.max(0, Number.parseInt(query.get('offset') ?? '0', 10) || 0);
     const listed = [...jobs.jobs.values()]
-      .filter((job) => wanted.includes(job.state === 'cancelled' ? 'failed' : job.state))
+      .filter((job) => wanted.includes(selfHostedWord(job)))
       .sort((a, b) => b.number - a.number);
     const page = listed.slice(offset, limit === undefined ? undefined : offset + limit);
     ctx.json(200, {
       jobs: page.map((job) => ({
         id: job.id,
-        status: job.state === 'cancelled' ? 'failed' : job.state,
+        status: selfHostedWord(job),
         priority: job.number,
         create_time: job.createdAt,
         outputs_count: terminal(job) ? countFiles(job.outputs) : 0,
