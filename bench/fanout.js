@@ -266,7 +266,7 @@ async function runBaseline(child, jobs) {
 /** Ours: one GenerationConnection (what a config node holds) and one JobTracker (what an await node holds). */
 async function runOurs(child, jobs) {
   const { GenerationConnection } = require('../dist/generation/connection');
-  const { JobTracker } = require('../dist/generation/job-tracker');
+  const { JobTracker } = require('../dist/generation/jobs/job-tracker');
   const connection = new GenerationConnection({ baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' });
   const sockets = connection.sockets();
   // The send time the sandbox stamped into each job's execution_success (read, not timed, here).
@@ -343,7 +343,7 @@ async function runOurs(child, jobs) {
 /** Heap per awaited job: `jobs` jobs awaited (subscribed, status checked) but not yet running. */
 async function heapPerJob(child, jobs) {
   const { GenerationConnection } = require('../dist/generation/connection');
-  const { JobTracker } = require('../dist/generation/job-tracker');
+  const { JobTracker } = require('../dist/generation/jobs/job-tracker');
   const connection = new GenerationConnection({ baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' });
   const tracker = new JobTracker(connection, {});
   await connection.sockets().ready(5000);

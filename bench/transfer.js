@@ -80,7 +80,7 @@ async function child(side, host, baseUrl, apiKey, file, directory, warmFile) {
   let close = async () => undefined;
   if (side === 'ours') {
     const { GenerationConnection } = require('../dist/generation/connection');
-    const { downloadToDirectory } = require('../dist/generation/downloads');
+    const { downloadToDirectory } = require('../dist/generation/transfer/downloads');
     const connection = new GenerationConnection({ baseUrl, apiKey, partnerKeyField: 'api_key_service_org' });
     runUpload = async (source) => connection.rest.upload({ source, filename: 'upload.bin', type: 'input' });
     runDownload = async (ref) => downloadToDirectory(connection.rest, ref, directory, true);

@@ -6,8 +6,8 @@ const configNode = require('../dist/nodes/graph-gen-config.js');
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
 const submitNode = require('../dist/nodes/graph-gen-submit.js');
 const { startSandbox } = require('../dist/sandbox');
-const { SocketManager } = require('../dist/generation/socket-manager');
-const { encodePreviewWithMetadata } = require('../dist/generation/frames');
+const { SocketManager } = require('../dist/generation/jobs/socket-manager');
+const { encodePreviewWithMetadata } = require('../dist/generation/jobs/frames');
 const {
   KEY,
   workflow,

@@ -255,7 +255,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
 });
 
 describe('DefinitionsCache', () => {
-  const { DefinitionsCache } = require('../dist/generation/definitions-cache');
+  const { DefinitionsCache } = require('../dist/generation/workflows/definitions-cache');
 
   it('reads again after its time, keeps at most its number of servers, and keeps no failed read', async () => {
     const reads = [];

@@ -2,7 +2,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { GenerationRestClient } = require('../dist/generation/rest-client');
+const { GenerationRestClient } = require('../dist/generation/transfer/rest-client');
 const {
   API_KEY,
   PARTNER_KEY,

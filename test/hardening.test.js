@@ -4,7 +4,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { describeSubmitProblems } = require('../dist/generation/workflow');
+const { describeSubmitProblems } = require('../dist/generation/workflows/workflow');
 const { HttpClient } = require('../dist/http/client');
 const { asServiceError } = require('../dist/nodes/node-helpers');
 const { startRogueServer, json } = require('./support/rogue-server');

@@ -7,7 +7,7 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { GenerationConnection } = require('../dist/generation/connection');
-const { JobTracker } = require('../dist/generation/job-tracker');
+const { JobTracker } = require('../dist/generation/jobs/job-tracker');
 const {
   KEY,
   workflow,

@@ -1,7 +1,12 @@
 'use strict';
 // New seeds, as pure functions: which inputs take them, their ranges (JSON-safe), and the draw.
 const assert = require('node:assert/strict');
-const { applyNewSeeds, randomSeed, seedInputsByName, seedInputsOf } = require('../dist/generation/workflow');
+const {
+  applyNewSeeds,
+  randomSeed,
+  seedInputsByName,
+  seedInputsOf,
+} = require('../dist/generation/workflows/workflow');
 const objectInfo = require('./fixtures/object_info.json');
 
 describe('new seeds', () => {

@@ -4,7 +4,7 @@
 const assert = require('node:assert/strict');
 const { startSandbox } = require('../dist/sandbox');
 const { GenerationConnection } = require('../dist/generation/connection');
-const { JobTracker } = require('../dist/generation/job-tracker');
+const { JobTracker } = require('../dist/generation/jobs/job-tracker');
 const { KEY, workflow, sleep, until, fileNames, withFastSockets } = require('./socket-support');
 
 const fastPolls = { pollInitialMs: 50, pollMaxMs: 200, queueFreshMs: 0 };

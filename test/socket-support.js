@@ -93,7 +93,7 @@ function collect(id) {
  * list's items (anything with `close()`) are closed after each test, last first.
  */
 function withFastSockets() {
-  const { SocketManager } = require('../dist/generation/socket-manager');
+  const { SocketManager } = require('../dist/generation/jobs/socket-manager');
   const open = [];
   let saved;
   before(() => {

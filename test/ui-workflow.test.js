@@ -3,8 +3,16 @@
 // object_info.json is GET /api/object_info of the real ComfyUI v0.8.0 (trimmed to the classes used here).
 const assert = require('node:assert/strict');
 const objectInfo = require('./fixtures/object_info.json');
-const { inputSpecsOf, displayNameOf, outputTypesOf } = require('../dist/generation/node-definitions');
-const { convertUiWorkflow, isUiWorkflow, resolveDynamicPrompt } = require('../dist/generation/ui-workflow');
+const {
+  inputSpecsOf,
+  displayNameOf,
+  outputTypesOf,
+} = require('../dist/generation/workflows/node-definitions');
+const {
+  convertUiWorkflow,
+  isUiWorkflow,
+  resolveDynamicPrompt,
+} = require('../dist/generation/workflows/ui-workflow');
 
 describe('node definitions', () => {
   const specsOf = (classType) => inputSpecsOf(objectInfo[classType]);

@@ -5,10 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import { HttpClient } from '../http/client';
 import { invalidInput } from '../http/errors';
-import { CancelRegistry } from './cancels';
-import { JobLookup, type QueueIds } from './job-status';
-import { GenerationRestClient } from './rest-client';
-import { SocketManager } from './socket-manager';
+import { CancelRegistry } from './jobs/cancels';
+import { JobLookup, type QueueIds } from './jobs/job-status';
+import { GenerationRestClient } from './transfer/rest-client';
+import { SocketManager } from './jobs/socket-manager';
 
 export interface GenerationSettings {
   /** e.g. https://gen.example.com; REST paths /api/... are appended. */

@@ -6,8 +6,8 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { JobTracker, type JobProgress, type JobResult } from '../generation/job-tracker';
-import { filesOf, nodeIdsNamed } from '../generation/job-outputs';
+import { JobTracker, type JobProgress, type JobResult } from '../generation/jobs/job-tracker';
+import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
 import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
 import type graphGenConfig from './graph-gen-config';
 

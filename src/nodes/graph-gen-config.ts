@@ -11,9 +11,13 @@ import {
   GenerationConnection,
   type GenerationLimits,
 } from '../generation/connection';
-import { checkConnection } from '../generation/connection-check';
-import { DefinitionsCache, editorDefinitionsOf, type NodeDefinitions } from '../generation/definitions-cache';
-import { convertUiWorkflow, isUiWorkflow } from '../generation/ui-workflow';
+import { checkConnection } from '../generation/transfer/connection-check';
+import {
+  DefinitionsCache,
+  editorDefinitionsOf,
+  type NodeDefinitions,
+} from '../generation/workflows/definitions-cache';
+import { convertUiWorkflow, isUiWorkflow } from '../generation/workflows/ui-workflow';
 import { invalidInput, redact } from '../http/errors';
 import {
   asServiceError,

@@ -4,7 +4,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/downloads';
+import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/transfer/downloads';
 import {
   catalogTexts,
   evaluateProperty,

@@ -5,7 +5,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { promptIdsOf } from '../generation/rest-client';
+import { promptIdsOf } from '../generation/transfer/rest-client';
 import {
   catalogTexts,
   handleMessages,

@@ -7,7 +7,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { GenerationConnection } from '../generation/connection';
-import type { NodeTypeDefinition } from '../generation/workflow';
+import type { NodeTypeDefinition } from '../generation/workflows/workflow';
 import {
   applyNewSeeds,
   applyResolvedOverrides,
@@ -20,8 +20,8 @@ import {
   seedInputsOf,
   validateWorkflow,
   type Workflow,
-} from '../generation/workflow';
-import { convertUiWorkflow, isUiWorkflow, uiClassTypes } from '../generation/ui-workflow';
+} from '../generation/workflows/workflow';
+import { convertUiWorkflow, isUiWorkflow, uiClassTypes } from '../generation/workflows/ui-workflow';
 import {
   asServiceError,
   catalogTexts,

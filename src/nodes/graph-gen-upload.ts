@@ -10,7 +10,7 @@ import {
   readUploadSource,
   type PayloadSetting,
   type UrlLimits,
-} from '../generation/upload-source';
+} from '../generation/transfer/upload-source';
 import {
   catalogTexts,
   evaluateProperty,

@@ -7,7 +7,7 @@ import * as path from 'node:path';
 import type { Node, NodeAPI, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { GenerationConnection } from '../generation/connection';
-import type { ConnectionState } from '../generation/socket-manager';
+import type { ConnectionState } from '../generation/jobs/socket-manager';
 import type { GraphGenConfigNode } from './graph-gen-config';
 
 /** Values for a catalog text's `__name__` placeholders. */

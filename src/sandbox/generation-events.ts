@@ -17,7 +17,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { WebSocket } from 'ws';
-import { encodePreview, encodePreviewWithMetadata, encodeText } from '../generation/frames';
+import { encodePreview, encodePreviewWithMetadata, encodeText } from '../generation/jobs/frames';
 import type { SandboxServer } from './server';
 import { fileKey, type FileRef, type GenerationJobs, type SandboxJob } from './generation-jobs';
 

@@ -5,7 +5,7 @@ const assert = require('node:assert/strict');
 const { comfy } = require('./support/comfy');
 const { api, submitDirect, until, settle, prefix } = require('./support/server');
 const { encodePng } = require('./support/png');
-const { convertUiWorkflow } = require('../../dist/generation/ui-workflow');
+const { convertUiWorkflow } = require('../../dist/generation/workflows/ui-workflow');
 
 /** The image LoadImage reads in load-reroute.json: 40 x 30. */
 const INPUT_IMAGE = 'ui-workflow-input.png';

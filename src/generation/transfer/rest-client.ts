@@ -5,10 +5,10 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import type { HttpClient, RawResponse } from '../http/client';
-import { ServiceError, invalidInput, messageFromBody, redact } from '../http/errors';
-import type { NodeTypeDefinition, Workflow } from './workflow';
-import { describeSubmitProblems } from './workflow';
+import type { HttpClient, RawResponse } from '../../http/client';
+import { ServiceError, invalidInput, messageFromBody, redact } from '../../http/errors';
+import type { NodeTypeDefinition, Workflow } from '../workflows/workflow';
+import { describeSubmitProblems } from '../workflows/workflow';
 import { multipartBody, type FormPart } from './multipart-body';
 
 export interface FileReference {

@@ -7,7 +7,7 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { access, link, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { ServiceError, invalidInput } from '../http/errors';
+import { ServiceError, invalidInput } from '../../http/errors';
 import type { FileReference, GenerationRestClient } from './rest-client';
 
 function isReference(value: unknown): value is FileReference {

@@ -6,7 +6,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { CancelKind } from './cancels';
-import type { GenerationConnection } from './connection';
+import type { GenerationConnection } from '../connection';
 import type { ImageType, PreviewMetadata } from './frames';
 import { filesOf, mergeOutput, type FileReference, type JobOutputs } from './job-outputs';
 import { executionError, phaseInQueue, type ExecutionError, type StatusAnswer } from './job-status';

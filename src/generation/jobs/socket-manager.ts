@@ -6,7 +6,7 @@
  * No Node-RED inside.
  */
 import WebSocket from 'ws';
-import { redact } from '../http/errors';
+import { redact } from '../../http/errors';
 import { DEFAULT_MAX_FRAME_BYTES, parseBinaryFrame, type BinaryFrame } from './frames';
 import { RecentMap } from './recent-map';
 

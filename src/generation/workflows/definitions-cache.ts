@@ -4,10 +4,10 @@
  * config node, address and key, and answered as sentences when they cannot be had. No Node-RED inside.
  */
 import { createHash } from 'node:crypto';
-import { HttpClient } from '../http/client';
-import { ServiceError } from '../http/errors';
+import { HttpClient } from '../../http/client';
+import { ServiceError } from '../../http/errors';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
-import { GenerationRestClient } from './rest-client';
+import { GenerationRestClient } from '../transfer/rest-client';
 import type { NodeTypeDefinition } from './workflow';
 
 export type NodeDefinitions = Record<string, NodeTypeDefinition>;

@@ -6,10 +6,10 @@
  * config node remembers the routes its server lacks, so a check costs one request, not three. Words are mapped
  * by status-words.
  */
-import type { HttpClient } from '../http/client';
-import { ServiceError } from '../http/errors';
+import type { HttpClient } from '../../http/client';
+import { ServiceError } from '../../http/errors';
 import { setOwn, type JobOutputs } from './job-outputs';
-import { promptIdsOf } from './rest-client';
+import { promptIdsOf } from '../transfer/rest-client';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
 
 export interface ExecutionError {

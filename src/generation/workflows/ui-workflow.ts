@@ -4,7 +4,7 @@
  * "Export (API)" and queueing do it (ComfyUI frontend 1.35, shipped with ComfyUI v0.8.0: graphToPrompt and
  * ExecutableNodeDTO). What cannot be converted is refused with a sentence naming the node. Pure, no I/O.
  */
-import { invalidInput } from '../http/errors';
+import { invalidInput } from '../../http/errors';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { Workflow, WorkflowNode } from './workflow';
 

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, request, type Dispatcher } from 'undici';
-import { ServiceError, invalidInput } from '../http/errors';
+import { ServiceError, invalidInput } from '../../http/errors';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
 export type PayloadSetting = 'auto' | 'path' | 'base64';

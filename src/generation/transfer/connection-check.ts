@@ -2,8 +2,8 @@
  * The config dialog's "test connection": one quick call to the service with the typed or stored key,
  * answered as a sentence a user can act on. No Node-RED inside.
  */
-import { HttpClient } from '../http/client';
-import { ServiceError } from '../http/errors';
+import { HttpClient } from '../../http/client';
+import { ServiceError } from '../../http/errors';
 
 export interface ConnectionCheck {
   ok: boolean;

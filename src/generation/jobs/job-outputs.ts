@@ -5,7 +5,7 @@
  * `setOwn`: a node id such as `__proto__` is a key like any other and never reaches Object.prototype.
  */
 
-import { titleOf, type WorkflowNode } from './workflow';
+import { titleOf, type WorkflowNode } from '../workflows/workflow';
 
 export type JobOutputs = Record<string, Record<string, unknown>>;
 

@@ -5,7 +5,7 @@
  * functions, no I/O.
  */
 import { randomBytes, randomInt } from 'node:crypto';
-import { invalidInput } from '../http/errors';
+import { invalidInput } from '../../http/errors';
 import { inputSpecsOf } from './node-definitions';
 
 export interface WorkflowNode {
