@@ -13,7 +13,7 @@ describe('job tracking against the sandbox', () => {
   // Fast reconnects for these tests; what a test opens is closed after it, last first.
   const open = withFastSockets();
 
-  async function setUp(sandboxOptions = {}, key = KEY) {
+  async function setUp(sandboxOptions = {}, key = KEY, jobTimings = fastPolls) {
     const apiKey = key ?? undefined;
     const sandbox = await startSandbox({
       generationApiKey: apiKey,
@@ -25,9 +25,10 @@ describe('job tracking against the sandbox', () => {
       baseUrl: sandbox.url,
       apiKey,
       partnerKeyField: 'api_key_service_org',
+      jobTimings,
     });
     open.push(connection);
-    const tracker = new JobTracker(connection, fastPolls);
+    const tracker = new JobTracker(connection);
     open.push({ close: async () => tracker.close() });
     return { sandbox, connection, tracker };
   }
@@ -68,9 +69,14 @@ describe('job tracking against the sandbox', () => {
 
   it("cloud: every socket of the key gets every job's events; prompt_id keeps jobs apart", async () => {
     const { sandbox, connection, tracker } = await setUp();
-    const second = new GenerationConnection({ baseUrl: sandbox.url, apiKey: KEY, partnerKeyField: 'x' });
+    const second = new GenerationConnection({
+      baseUrl: sandbox.url,
+      apiKey: KEY,
+      partnerKeyField: 'x',
+      jobTimings: fastPolls,
+    });
     open.push(second);
-    const secondTracker = new JobTracker(second, fastPolls);
+    const secondTracker = new JobTracker(second);
     open.push({ close: async () => secondTracker.close() });
     await Promise.all([connection.sockets().ready(5000), second.sockets().ready(5000)]);
     const mine = sandbox.jobs.submit(workflow({}, { prefix: 'mine' }), connection.clientId);
@@ -101,14 +107,12 @@ describe('job tracking against the sandbox', () => {
   });
 
   it('polls a job while the socket is down at a growing interval, up to the maximum', async () => {
-    const { sandbox, connection } = await setUp();
-    const tracker = new JobTracker(connection, {
+    const { sandbox, tracker } = await setUp({}, KEY, {
       pollInitialMs: 40,
       pollMaxMs: 160,
       firstCheckMs: 60_000,
       queueFreshMs: 0,
     });
-    open.push({ close: async () => tracker.close() });
     sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
     const job = sandbox.jobs.submit(workflow({ 2: { class_type: 'SandboxHang', inputs: {} } }));
     const times = [];
@@ -131,13 +135,11 @@ describe('job tracking against the sandbox', () => {
   });
 
   it('checks each job after a reconnect: one that ended while the socket was down resolves with its outputs', async () => {
-    const { sandbox, connection } = await setUp();
-    const tracker = new JobTracker(connection, {
+    const { sandbox, connection, tracker } = await setUp({}, KEY, {
       pollInitialMs: 60_000,
       pollMaxMs: 60_000,
       firstCheckMs: 60_000,
     });
-    open.push({ close: async () => tracker.close() });
     assert.equal(await connection.sockets().ready(5000), true);
     const job = sandbox.jobs.submit(
       workflow({ 25: { class_type: 'SandboxSlow', inputs: { ms: 300 } } }),

@@ -1,14 +1,21 @@
 /**
- * Everything one graph-gen-config node holds open: the REST client's keep-alive pool and the shared
- * WebSocket manager (opened on first use). No Node-RED inside; the config node creates one and closes it.
+ * Everything one graph-gen-config node holds open, composed from the three parts of src/generation: the REST
+ * client's keep-alive pool (transfer/), the shared WebSocket and the jobs awaited over it (jobs/), and what the
+ * server is. No Node-RED inside; the config node creates one and closes it.
  */
 import { randomUUID } from 'node:crypto';
-import { HttpClient } from '../http/client';
-import { invalidInput } from '../http/errors';
-import { CancelRegistry } from './jobs/cancels';
-import { JobLookup, type QueueIds } from './jobs/job-status';
-import { GenerationRestClient } from './transfer/rest-client';
+import { HttpClient, mayHaveReachedService } from '../http/client';
+import { ServiceError, invalidInput } from '../http/errors';
+import { CancelRegistry, cancelJobs, type CancelOutcome } from './jobs/cancels';
+import { JobBook, type JobTimings } from './jobs/job-book';
+import { JobLookup, type QueueRead } from './jobs/job-lookup';
+import { RecentMap } from './jobs/recent-map';
+import { ServerKnowledge } from './jobs/server-profile';
 import { SocketManager } from './jobs/socket-manager';
+import { GenerationRestClient, type SubmitResult } from './transfer/rest-client';
+import type { Workflow } from './workflows/workflow';
+
+export type { CancelOutcome } from './jobs/cancels';
 
 export interface GenerationSettings {
   /** e.g. https://gen.example.com; REST paths /api/... are appended. */
@@ -21,6 +28,8 @@ export interface GenerationSettings {
   partnerKeyField: string;
   /** Bounds on what the service may make this connection hold or wait for (defaults: GENERATION_LIMITS). */
   limits?: Partial<GenerationLimits>;
+  /** When jobs are checked over REST (defaults: JobBook.defaultTimings); tests make them short. */
+  jobTimings?: Partial<JobTimings> & { listRetryMs?: number };
 }
 
 /** What a misbehaving or overloaded service may cost: each is a config node setting. */
@@ -44,6 +53,13 @@ export const GENERATION_LIMITS: GenerationLimits = {
 
 export const DEFAULT_PARTNER_KEY_FIELD = 'api_key_service_org';
 
+/**
+ * A submit whose answer was lost is asked about after these waits (a server may still be handling it), each ask
+ * bounded in time; it is sent again only once two asks said the server does not have it.
+ */
+const LOST_ANSWER_WAITS_MS = [1_000, 2_000, 2_000];
+const LOST_ANSWER_ASK_MS = 3_000;
+
 /** The base address as typed, checked: an http(s) address, or a refusal that says how to write it. */
 export function checkedBaseUrl(raw: string): string {
   const text = raw.trim();
@@ -61,16 +77,18 @@ export function checkedBaseUrl(raw: string): string {
   return text;
 }
 
-/** What a cancel did to each job it named. */
-export interface CancelOutcome {
-  /** The answer to `POST /api/queue {delete}` (empty on self-hosted servers). */
-  body: unknown;
-  /** Taken out of the queue: they will never run. */
-  removed: string[];
-  /** They were running and got the targeted interrupt: they end with `execution_interrupted`. */
-  interrupted: string[];
-  /** In no queue when cancelled: ended already, or unknown to the service. */
-  notQueued: string[];
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
 }
 
 export class GenerationConnection {
@@ -81,10 +99,16 @@ export class GenerationConnection {
   readonly rest: GenerationRestClient;
   /** Job status, outputs and errors over REST, on the routes this server has. */
   readonly lookup: JobLookup;
-  /** Every cancel sent through this connection, for the await-job nodes. */
+  /** What the server is (its version), read once. */
+  readonly server: ServerKnowledge;
+  /** Every cancel sent through this connection, for the jobs' lives. */
   readonly cancels = new CancelRegistry();
-  private socketManager?: SocketManager;
+  /** The jobs awaited through this connection, one life each. */
+  readonly jobs: JobBook;
   readonly limits: GenerationLimits;
+  /** Jobs this connection submitted (their events come to its socket). */
+  private readonly submitted = new RecentMap<string, true>(4096);
+  private socketManager?: SocketManager;
 
   /** Refuses (invalid_input) a base address that is not http(s). */
   constructor(readonly settings: GenerationSettings) {
@@ -99,28 +123,100 @@ export class GenerationConnection {
       serviceName: 'the generation service',
     });
     this.rest = new GenerationRestClient(this.http, settings.partnerKeyField, this.limits.listBytes);
-    this.lookup = new JobLookup(this.http, this.limits.listBytes);
+    this.lookup = new JobLookup(this.http, {
+      listBytes: this.limits.listBytes,
+      listRetryMs: settings.jobTimings?.listRetryMs,
+    });
+    this.server = new ServerKnowledge(this.http);
+    this.jobs = new JobBook(
+      {
+        lookup: this.lookup,
+        cancels: this.cancels,
+        sockets: () => this.sockets(),
+        log: (level, message) => this.sockets().log(level, message),
+      },
+      settings.jobTimings,
+    );
   }
 
   /**
-   * Cancels jobs wherever they are. `POST /api/queue {delete}` takes pending jobs out of the queue (a
-   * self-hosted server leaves a running job alone and sends no event), so a job still running afterwards
-   * also gets the targeted interrupt `POST /api/interrupt {prompt_id}`. The queue is read before and after
-   * to say what happened to each job; every await-job of this connection hears of it.
+   * Submits a workflow under a job id of our own (a lower-case UUID: ComfyUI 0.25 and later require that form,
+   * older ones take it). A submit whose answer was lost on the way (the connection broke after the body went)
+   * is not lost nor run twice: the server is asked for the job by its id, and it is sent again only once the
+   * server says it does not have it.
    */
+  async submit(
+    prompt: Workflow,
+    extraData?: Record<string, unknown>,
+    signal?: AbortSignal,
+  ): Promise<SubmitResult> {
+    const promptId = randomUUID();
+    this.submitted.set(promptId, true);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const result = await this.rest.submit(prompt, this.clientId, extraData, signal, promptId);
+        if (result.prompt_id !== promptId) this.submitted.set(result.prompt_id, true);
+        return result;
+      } catch (error) {
+        // Only a request that may have reached the server: one that never left is not there.
+        if (
+          signal?.aborted ||
+          !(error instanceof ServiceError) ||
+          !mayHaveReachedService(error) ||
+          attempt > 0
+        )
+          throw error;
+        if (await this.hasJob(promptId, error, signal)) return { prompt_id: promptId };
+      }
+    }
+  }
+
+  /**
+   * After a submit whose answer was lost: whether the server has the job. A moment is left for a server still
+   * handling it, and the answer must be read: a job is sent again only when the server says it has none.
+   */
+  private async hasJob(promptId: string, lost: ServiceError, signal?: AbortSignal): Promise<boolean> {
+    let unknown = 0;
+    for (const wait of LOST_ANSWER_WAITS_MS) {
+      await sleep(wait, signal);
+      const bounded = AbortSignal.any([AbortSignal.timeout(LOST_ANSWER_ASK_MS), ...(signal ? [signal] : [])]);
+      const answer = await this.lookup.status(promptId, bounded).catch((error: unknown) => {
+        if (signal?.aborted) throw error;
+        return undefined;
+      });
+      if (answer?.kind === 'phase') return true;
+      if (answer?.kind === 'unknown' && ++unknown === 2) return false;
+    }
+    throw new ServiceError(
+      'network',
+      `${lost.message}; the server could not tell whether it has job ${promptId}, so it was not sent again: check the queue before you submit it again`,
+    );
+  }
+
+  /** Whether this connection submitted the job. */
+  submittedHere(promptId: string): boolean {
+    return this.submitted.has(promptId);
+  }
+
+  /** Cancels jobs wherever they are, on the routes the server has (jobs/cancels.ts); every await hears of it. */
   async cancel(promptIds: string[], signal?: AbortSignal): Promise<CancelOutcome> {
-    const before = await this.queueIds(signal);
-    const body = await this.rest.cancel(promptIds, signal);
-    const after = (await this.queueIds(signal)) ?? before;
-    const interrupted = promptIds.filter((id) => after?.running.has(id));
-    for (const id of interrupted) await this.rest.interrupt(id, signal);
-    const queued = (id: string) => !before || before.running.has(id) || before.pending.has(id);
-    const removed = promptIds.filter((id) => !interrupted.includes(id) && queued(id));
-    const notQueued = promptIds.filter((id) => !interrupted.includes(id) && !queued(id));
-    this.cancels.note(removed, 'removed');
-    this.cancels.note(interrupted, 'interrupted');
-    this.cancels.note(notQueued, 'requested');
-    return { body, removed, interrupted, notQueued };
+    const outcome = await cancelJobs(
+      promptIds,
+      {
+        http: this.http,
+        lookup: this.lookup,
+        rest: this.rest,
+        cancelRoute: () => this.server.hasCancelRoute(signal),
+        cancelRouteMissing: () => this.server.noCancelRoute(),
+        targetedInterruptSafe: () => this.server.targetedInterrupts(signal),
+      },
+      signal,
+    );
+    this.cancels.note(outcome.removed, 'removed');
+    this.cancels.note(outcome.interrupted, 'interrupted');
+    this.cancels.note(outcome.unconfirmed, 'unconfirmed');
+    for (const id of outcome.notQueued) this.cancels.note([id], 'ended');
+    return outcome;
   }
 
   /** Interrupts the running job: only `promptId` when given (and only if it is the one running). */
@@ -130,14 +226,9 @@ export class GenerationConnection {
     return body;
   }
 
-  /** The ids in the queue (JobLookup.queueIds), or undefined when it cannot be read (callers go on without it). */
-  async queueIds(signal?: AbortSignal): Promise<QueueIds | undefined> {
-    try {
-      return await this.lookup.queueIds(signal);
-    } catch (error) {
-      if (signal?.aborted) throw error;
-      return undefined;
-    }
+  /** The jobs waiting and running (JobLookup.queue): unreadable is never an empty queue. */
+  queue(signal?: AbortSignal): Promise<QueueRead> {
+    return this.lookup.queue(signal);
   }
 
   /** The shared socket manager, created on first use. */
@@ -153,6 +244,7 @@ export class GenerationConnection {
   }
 
   async close(): Promise<void> {
+    this.jobs.close();
     await Promise.all([this.socketManager?.close(), this.http.close()]);
   }
 }

@@ -82,6 +82,17 @@ const NOT_SENT_CODES = new Set([
   'ENETUNREACH',
 ]);
 
+/** Network failures of requests whose body may have reached the service (the connection broke after it left). */
+const maybeSent = new WeakSet<object>();
+
+/**
+ * Whether a failed request may have reached the service: its connection broke after the request left, so the
+ * service may have acted on it (a submit whose answer was lost). False for one that never left.
+ */
+export function mayHaveReachedService(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && maybeSent.has(error);
+}
+
 /** The answer was larger than the request allows: read no further. */
 class TooLarge extends Error {
   constructor(readonly limit: number) {
@@ -298,7 +309,11 @@ export class HttpClient {
       this.options.retry ?? DEFAULT_RETRY_POLICY,
       options.signal,
     ).catch((error: unknown) => {
-      if (error instanceof NetworkFailure) throw this.networkError(error.original, this.what(options));
+      if (error instanceof NetworkFailure) {
+        const failure = this.networkError(error.original, this.what(options));
+        if (error.sent) maybeSent.add(failure);
+        throw failure;
+      }
       throw error;
     });
   }

@@ -31,6 +31,7 @@ type QueueMessage = NodeMessageInFlow & {
   removed?: string[];
   interrupted?: string[];
   not_queued?: string[];
+  unconfirmed?: string[];
 };
 
 /** The prompt ids to cancel: msg.prompt_id (a string or an array), else msg.payload (the same). */
@@ -73,6 +74,7 @@ export = function (RED: NodeAPI) {
         msg.removed = outcome.removed;
         msg.interrupted = outcome.interrupted;
         msg.not_queued = outcome.notQueued;
+        msg.unconfirmed = outcome.unconfirmed;
         const count = outcome.removed.length + outcome.interrupted.length;
         status(statusOk(texts('status.cancelled', { count })));
       } else {

@@ -177,7 +177,7 @@ export = function (RED: NodeAPI) {
         .catch(() => false);
       // Closed meanwhile (a redeploy): a job submitted now would belong to no flow.
       signal.throwIfAborted();
-      const result = await connection.rest.submit(prompt, connection.clientId, extraData, signal);
+      const result = await connection.submit(prompt, extraData, signal);
       msg.prompt_id = result.prompt_id;
       msg.payload = result;
       msg.workflow = prompt;

@@ -85,7 +85,16 @@ interface Peer {
   ws: WebSocket;
   clientId: string;
   previewMetadata: boolean;
+  /** A first message came: later feature_flags are ignored, as ComfyUI does. */
+  answeredFlags?: boolean;
 }
+
+/** The flags ComfyUI v0.8.0 answers a client's feature_flags with (measured). */
+export const SERVER_FEATURES = {
+  supports_preview_metadata: true,
+  max_upload_size: 104857600,
+  extension: { manager: { supports_v4: true } },
+};
 
 interface WorkflowNode {
   id: string;
@@ -144,7 +153,7 @@ export function mountGenerationEvents(
 
   const targets = (job: SandboxJob, type: string): Peer[] => {
     if (routing() === 'key') return [...peers];
-    if (job.clientId === undefined) return CLIENT_ONLY.has(type) ? [] : [...peers];
+    if (job.clientId === undefined) return CLIENT_ONLY.has(type) ? [] : [...byClient.values()];
     const peer = byClient.get(job.clientId);
     return peer ? [peer] : [];
   };
@@ -160,9 +169,13 @@ export function mountGenerationEvents(
     for (const peer of targets(job, type)) write(peer, text);
   };
 
+  /**
+   * A self-hosted server broadcasts to the sockets in its table (one per clientId): a socket the table lost
+   * (Comfy-Org/ComfyUI#16010) hears nothing more, though it stays open. The cloud: every socket of the key.
+   */
   const broadcast = (type: string, data: Record<string, unknown>) => {
     const text = JSON.stringify({ type, data });
-    for (const peer of [...peers]) write(peer, text);
+    for (const peer of routing() === 'client' ? [...byClient.values()] : [...peers]) write(peer, text);
   };
 
   const queueStatus = () => {
@@ -316,6 +329,7 @@ export function mountGenerationEvents(
 
   const runJob = async (job: SandboxJob) => {
     job.state = 'in_progress';
+    job.startedAt = Date.now();
     queueStatus();
     emit(job, 'execution_start', { timestamp: Date.now() });
     emit(job, 'execution_cached', { nodes: [], timestamp: Date.now() });
@@ -340,6 +354,7 @@ export function mountGenerationEvents(
       runningCount += 1;
       runningIds.add(job.id);
       void runJob(job).finally(() => {
+        job.endedAt = Date.now();
         runningCount -= 1;
         runningIds.delete(job.id);
         hangs.delete(job.id);
@@ -397,13 +412,19 @@ export function mountGenerationEvents(
         previewMetadata: false,
       };
       peers.add(peer);
+      // A newer socket of the same clientId takes the older one's place in the table (the older stays open).
       byClient.set(peer.clientId, peer);
       ws.on('message', (data, isBinary) => {
         if (isBinary) return;
         try {
           const message = JSON.parse(String(data)) as { type?: string; data?: Record<string, unknown> };
-          if (message.type === 'feature_flags' && message.data?.supports_preview_metadata === true)
-            peer.previewMetadata = true;
+          if (message.type === 'feature_flags' && !peer.answeredFlags) {
+            // As ComfyUI: honoured as the first message only, and answered with the server's own flags.
+            peer.answeredFlags = true;
+            peer.previewMetadata = message.data?.supports_preview_metadata === true;
+            write(peer, JSON.stringify({ type: 'feature_flags', data: SERVER_FEATURES }));
+          }
+          peer.answeredFlags = true;
         } catch {
           // Self-hosted servers ignore what they cannot read.
         }

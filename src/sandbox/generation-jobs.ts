@@ -26,6 +26,9 @@ export interface SandboxJob {
   outputs: Record<string, Record<string, unknown>>;
   error?: { exception_type: string; exception_message: string; traceback: string[] };
   createdAt: number;
+  /** When it started and ended running (ms), as the job list reports them. */
+  startedAt?: number;
+  endedAt?: number;
 }
 
 /** A stored file: real bytes, or `size` bytes made on the fly when served (for large transfers). */
@@ -58,13 +61,15 @@ export class GenerationJobs extends EventEmitter {
     return this.apiKey === undefined;
   }
 
+  /** Queues a job under `id` (a client-chosen prompt_id) or a new UUID. */
   submit(
     prompt: Record<string, unknown>,
     clientId?: string,
     extraData?: Record<string, unknown>,
+    id: string = randomUUID(),
   ): SandboxJob {
     const job: SandboxJob = {
-      id: randomUUID(),
+      id,
       number: this.nextNumber++,
       prompt,
       clientId,

@@ -49,6 +49,13 @@ export interface GenerationServiceOptions {
   hashUploads?: boolean;
   /** Lifetime of signed addresses in seconds (default 300). */
   signedAddressSeconds?: number;
+  /**
+   * Self-hosted only: the ComfyUI version it answers as (default "0.8.0"), with what differs between the two
+   * measured ones: from 0.9 an interrupted or cancelled job is `cancelled` (before: `failed`); from 0.25 a
+   * client's prompt_id must be a lower-case UUID; from 0.26 `POST /api/jobs/{id}/cancel` and
+   * `POST /api/jobs/cancel`. `/api/system_stats` names it.
+   */
+  serverVersion?: string;
 }
 
 export interface NodeDefinition {
@@ -304,6 +311,9 @@ export function validatePrompt(
   return undefined;
 }
 
+/** The only prompt_id form ComfyUI 0.25 and later take from a client. */
+const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
 const RAW_WORDS: Record<SandboxJob['state'], string> = {
   pending: 'queued_waiting',
   in_progress: 'executing',
@@ -449,8 +459,13 @@ export async function mountGenerationService(
 
   const notFound = (ctx: RequestContext, what: string) => ctx.json(404, { code: 'not_found', message: what });
   const statusWord = (job: SandboxJob) => (options.statusWords === 'raw' ? RAW_WORDS[job.state] : job.state);
-  // Self-hosted servers have no word for an interrupted job: /api/jobs calls it failed.
-  const selfHostedWord = (job: SandboxJob) => (job.state === 'cancelled' ? 'failed' : job.state);
+  const version = () => {
+    const [major, minor] = (options.serverVersion ?? '0.8.0').split('.').map(Number);
+    return major * 1000 + minor;
+  };
+  const since = (minor: number) => version() >= minor;
+  // Before ComfyUI 0.9 a self-hosted server had no word for an interrupted job: /api/jobs called it failed.
+  const selfHostedWord = (job: SandboxJob) => (job.state === 'cancelled' && !since(9) ? 'failed' : job.state);
   const terminal = (job: SandboxJob) =>
     job.state === 'completed' || job.state === 'failed' || job.state === 'cancelled';
   const readJson = async (ctx: RequestContext): Promise<unknown> => {
@@ -573,7 +588,26 @@ export async function mountGenerationService(
         ? (body.extra_data as Record<string, unknown>)
         : undefined;
     const clientId = typeof body.client_id === 'string' ? body.client_id : undefined;
-    const job = jobs.submit(body.prompt as Record<string, unknown>, clientId, extraData);
+    const asked = (body as { prompt_id?: unknown }).prompt_id;
+    let promptId: string | undefined;
+    if (asked !== undefined && asked !== null) {
+      if (jobs.selfHosted && since(25) && (typeof asked !== 'string' || !CANONICAL_UUID.test(asked))) {
+        ctx.json(400, {
+          error: {
+            type: 'invalid_prompt_id',
+            message: 'prompt_id must be a valid UUID',
+            details:
+              'prompt_id must be a UUID string in canonical lowercase hyphenated form; omit it to let the server generate one',
+            extra_info: {},
+          },
+          node_errors: {},
+        });
+        return;
+      }
+      // Older servers take any id, as text.
+      promptId = String(asked);
+    } else if (asked === null && jobs.selfHosted && !since(25)) promptId = 'None';
+    const job = jobs.submit(body.prompt as Record<string, unknown>, clientId, extraData, promptId);
     ctx.json(200, { prompt_id: job.id, number: job.number, node_errors: {} });
   });
 
@@ -615,8 +649,15 @@ export async function mountGenerationService(
 
   // As a self-hosted server lists jobs (ComfyUI v0.8.0, measured): every job, or those of the statuses
   // asked for, newest first, without workflows; an interrupted job is `failed`. Cloud services: no list.
-  const LIST_STATUSES = ['pending', 'in_progress', 'completed', 'failed'];
+  const listStatuses = () => [
+    'pending',
+    'in_progress',
+    'completed',
+    'failed',
+    ...(since(9) ? ['cancelled'] : []),
+  ];
   route('GET', '/jobs', (ctx) => {
+    const LIST_STATUSES = listStatuses();
     if (!jobs.selfHosted || options.jobsList === false) return server.notFound(ctx);
     const query = ctx.url.searchParams;
     const asked = query.get('status');
@@ -649,7 +690,10 @@ export async function mountGenerationService(
         status: selfHostedWord(job),
         priority: job.number,
         create_time: job.createdAt,
+        execution_start_time: job.startedAt ?? null,
+        execution_end_time: job.endedAt ?? null,
         outputs_count: terminal(job) ? countFiles(job.outputs) : 0,
+        ...(since(33) ? { previewable_outputs_count: 0 } : {}),
       })),
       pagination: {
         offset,
@@ -728,6 +772,48 @@ export async function mountGenerationService(
         'content-length': 0,
       })
       .end();
+  });
+
+  // What a self-hosted server says of itself (the cloud stand-in names no version).
+  route('GET', '/system_stats', (ctx) => {
+    if (!jobs.selfHosted) return server.notFound(ctx);
+    ctx.json(200, {
+      system: {
+        os: 'posix',
+        python_version: '3.11.2',
+        embedded_python: false,
+        comfyui_version: options.serverVersion ?? '0.8.0',
+        pytorch_version: '1.13.1',
+        argv: ['main.py', '--cpu'],
+      },
+      devices: [],
+    });
+  });
+  route('GET', '/features', (ctx) =>
+    ctx.json(200, { supports_preview_metadata: true, max_upload_size: 104857600 }),
+  );
+
+  // ComfyUI 0.26 and later: one call dequeues a pending job or interrupts a running one.
+  const cancelOne = (id: string): boolean => {
+    const job = jobs.jobs.get(id);
+    if (job?.state === 'pending') return jobs.remove(id);
+    if (job?.state === 'in_progress') return jobs.interrupt(id) !== undefined;
+    return false;
+  };
+  const methodNotAllowed = (ctx: RequestContext) =>
+    ctx.text(405, '405: Method Not Allowed', { 'content-type': 'text/plain; charset=utf-8' });
+  route('POST', '/jobs/cancel', async (ctx) => {
+    if (!jobs.selfHosted || !since(26)) return methodNotAllowed(ctx);
+    const body = (await readJson(ctx).catch(() => undefined)) as { job_ids?: unknown } | undefined;
+    const ids = Array.isArray(body?.job_ids) ? body.job_ids : [];
+    const invalid = ids.filter((id) => typeof id !== 'string' || !CANONICAL_UUID.test(id));
+    if (invalid.length > 0)
+      return ctx.json(400, { error: 'job_ids contains invalid id(s)', invalid_ids: invalid });
+    ctx.json(200, { cancelled: ids.map((id) => cancelOne(id as string)).some(Boolean) });
+  });
+  route('POST', '/jobs/([^/]+)/cancel', (ctx) => {
+    if (!jobs.selfHosted || !since(26)) return methodNotAllowed(ctx);
+    ctx.json(200, { cancelled: cancelOne(decodeURIComponent(ctx.params[0])) });
   });
 
   const queueElement = (job: SandboxJob) => {

@@ -189,6 +189,10 @@ export class SocketManager {
   private graceTimer?: NodeJS.Timeout;
   private awaitingPong = false;
   private closedSocket?: Promise<void>;
+  /** The next reconnect is made at once (see reopen). */
+  private reopenAtOnce = false;
+  /** What the server said of itself in its `feature_flags` answer (ComfyUI 0.3.43 and later). */
+  serverFeatures?: Record<string, unknown>;
 
   constructor(readonly options: SocketManagerOptions) {
     this.timings = { ...SocketManager.defaultTimings, ...options.timings };
@@ -311,6 +315,18 @@ export class SocketManager {
     this.users.clear();
   }
 
+  /**
+   * Opens the socket again at once: the server no longer sends to this one although it stays open (a
+   * reconnect under the same clientId whose old connection's cleanup removed the new socket from the server's
+   * table, Comfy-Org/ComfyUI#16010). Jobs see it as a reconnect and are checked.
+   */
+  reopen(): void {
+    const ws = this.ws;
+    if (this.closed || !ws || ws.readyState !== WebSocket.OPEN) return;
+    this.reopenAtOnce = true;
+    ws.terminate();
+  }
+
   private ensureOpen(): void {
     if (this.closed || this.ws || this.reconnectTimer) return;
     this.connect();
@@ -343,14 +359,23 @@ export class SocketManager {
     ws.on('open', () => this.onOpen(ws));
     ws.on('message', (data, isBinary) => {
       this.pace(ws);
-      this.onMessage(data, isBinary);
+      // A frame's handling must never throw into ws (an uncaught error there takes Node-RED down).
+      try {
+        this.onMessage(data, isBinary);
+      } catch (error) {
+        this.drop(`a frame could not be handled: ${String(error)}`);
+      }
     });
     ws.on('pong', () => (this.awaitingPong = false));
-    ws.on('error', (error) => {
-      const status = /Unexpected server response: (\d+)/.exec(error.message)?.[1];
-      if (status === '401' || status === '403') this.refused = true;
-      this.log('debug', `graph-gen socket error: ${error.message}`);
+    // The handshake's answer, when it is not the upgrade: its status says whether the key was refused.
+    ws.on('unexpected-response', (_request, response) => {
+      const status = response.statusCode ?? 0;
+      if (status === 401 || status === 403) this.refused = true;
+      response.resume();
+      this.log('debug', `graph-gen socket: the server answered the upgrade with HTTP ${status}`);
+      ws.terminate();
     });
+    ws.on('error', (error) => this.log('debug', `graph-gen socket error: ${error.message}`));
     ws.on('close', (code) => {
       closedResolve();
       this.onClose(ws, code);
@@ -404,7 +429,8 @@ export class SocketManager {
       this.setState('idle');
       return;
     }
-    const delay = this.refused ? this.timings.backoffMaxMs : this.backoff();
+    const delay = this.refused ? this.timings.backoffMaxMs : this.reopenAtOnce ? 0 : this.backoff();
+    this.reopenAtOnce = false;
     this.log(
       this.refused ? 'warn' : 'debug',
       this.refused
@@ -562,6 +588,10 @@ export class SocketManager {
       // An empty queue: nothing executes, whatever end events were missed.
       if (queue === 0) this.executing.clear();
       for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
+      return;
+    }
+    if (type === 'feature_flags') {
+      this.serverFeatures = data;
       return;
     }
     if (type === 'notification') {
@@ -738,7 +768,8 @@ export class SocketManager {
     }
   }
 
-  private log(level: LogLevel, message: string): void {
+  /** Logs through the logger, or the first user that takes logs; always redacted. */
+  log(level: LogLevel, message: string): void {
     const clean = redact(message, this.secrets);
     if (this.options.logger) {
       this.options.logger(level, clean);

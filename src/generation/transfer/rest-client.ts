@@ -278,14 +278,19 @@ export class GenerationRestClient {
     return result;
   }
 
-  /** POST /api/prompt. An answer with `error` or non-empty `node_errors` is a failure naming the nodes. */
+  /**
+   * POST /api/prompt, under `promptId` when given (GenerationConnection.submit mints one). An answer with
+   * `error` or non-empty `node_errors` is a failure naming the nodes.
+   */
   async submit(
     prompt: Workflow,
     clientId: string,
     extraData?: Record<string, unknown>,
     signal?: AbortSignal,
+    promptId?: string,
   ): Promise<SubmitResult> {
     const payload: Record<string, unknown> = { prompt, client_id: clientId };
+    if (promptId) payload.prompt_id = promptId;
     if (extraData && Object.keys(extraData).length > 0) payload.extra_data = extraData;
     // A 400 is read here, whole: its body names the broken nodes and inputs, for the sentence.
     const answer = await this.http.json<SubmitResult>('/api/prompt', {

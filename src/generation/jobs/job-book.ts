@@ -1,0 +1,575 @@
+/**
+ * The jobs a config node awaits, each with its life (job-life.ts), and when to ask the server about them. The
+ * book owns the timers and the requests; a life decides what an event or an answer means. One book per
+ * connection, shared by every await-job node of the config node, so a job awaited twice has one life, one
+ * subscription and one check, and an await that comes after the job ended gets its result at once.
+ *
+ * When the server is asked (every check of the same moment shares one queue read, so thousands of waiting
+ * jobs cost one request):
+ * - once after a job is awaited (it may have ended before), unless its events already arrive on an unbroken
+ *   socket; after every reconnect, for every job (events may have been missed);
+ * - when the queue changes (a `status` event): jobs still waiting with no event, a few at a time (a job
+ *   deleted from the queue sends no event);
+ * - a job with no event for `quietCheckMs`: its events may never come (another client's job);
+ * - a running job whose events stopped while the whole socket went silent for much longer than the job's
+ *   events have been apart (a server that dropped the socket from its table, Comfy-Org/ComfyUI#16010): if the
+ *   job moved on meanwhile, the socket is opened again;
+ * - while the socket is down: every job, at a growing interval;
+ * - whenever a life asks (an answer to confirm, one that could not be read, a run that is over).
+ * No Node-RED inside.
+ */
+import { setMaxListeners } from 'node:events';
+import type { CancelKind, CancelRegistry } from './cancels';
+import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
+import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
+import { Limiter } from './limiter';
+import { RecentMap } from './recent-map';
+import type { ConnectionState, SocketManager } from './socket-manager';
+
+export interface JobTimings {
+  /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
+  pollInitialMs: number;
+  pollMaxMs: number;
+  /** A job that has had no event this long while the socket is up gets its status checked. */
+  quietCheckMs: number;
+  /** The check after a job is awaited waits this long (one round for the jobs awaited in the same moment). */
+  firstCheckMs: number;
+  /** A job no route knows (or whose checks are refused) ends once two answers this far apart agree. */
+  lostConfirmMs: number;
+  /** A job the service has never known is not counted lost before this long after it was awaited. */
+  unknownGraceMs: number;
+  /** A queue read answers for every check made this long after it. */
+  queueFreshMs: number;
+  /** The longest wait before asking again after an answer that could not be read. */
+  unreadableMaxMs: number;
+  /** A silent socket gets a running job checked after 4x the job's widest gap between events, in these bounds. */
+  silentMinMs: number;
+  silentMaxMs: number;
+}
+
+/** One await of a job (job-tracker.ts makes them): what it is told. */
+export interface JobAwait {
+  readonly wantsProgress: boolean;
+  onChange(life: JobLife, previous: LifeState): void;
+  onProgress(progress: JobProgress): void;
+  onEnd(result: JobResult): void;
+}
+
+/** What the book needs of a config node's connection. */
+export interface BookConnection {
+  readonly lookup: Pick<JobLookup, 'status' | 'queue' | 'ended'>;
+  readonly cancels: Pick<CancelRegistry, 'kindOf' | 'listen' | 'isCancelled'>;
+  sockets(): SocketManager;
+  log?(level: 'debug' | 'warn', message: string): void;
+}
+
+/** What the book keeps of a life besides the life itself: its awaits, subscription and timers. */
+interface Watch {
+  awaits: JobAwait[];
+  unsubscribe: (options?: { ended?: boolean }) => void;
+  checking: boolean;
+  /** A check under way may predate something that changes its answer: check again after it. */
+  recheck: boolean;
+  checkTimer?: NodeJS.Timeout;
+  checkAt: number;
+  readTimer?: NodeJS.Timeout;
+  pollDelay: number;
+  /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
+  quietEvents: number;
+  quietTicks: number;
+  /** For the silence watch: events seen, when the last came, the widest gap, the last check for silence. */
+  seenEvents: number;
+  lastEventAt: number;
+  widestGap: number;
+  silenceCheckedAt: number;
+  /** Doubles each time a silence check finds the job still running (a long node), back to 1 on an event. */
+  silenceBackoff: number;
+}
+
+const SWEEP_SETTLE_MS = 300;
+const SWEEP_INTERVAL_MS = 2_000;
+const SWEEP_JOBS = 25;
+/** Status checks in flight at once (after a reconnect every job is checked). */
+const CHECKS_AT_ONCE = 25;
+const SILENCE_TICK_MS = 1_000;
+/** Results of ended jobs kept for awaits that come later: at least this many of the latest. */
+const RESULTS_KEPT = 1024;
+
+export class JobBook implements LifeHost {
+  static defaultTimings: JobTimings = {
+    pollInitialMs: 2_000,
+    pollMaxMs: 10_000,
+    quietCheckMs: 60_000,
+    firstCheckMs: 150,
+    lostConfirmMs: 2_000,
+    unknownGraceMs: 10_000,
+    queueFreshMs: 1_000,
+    unreadableMaxMs: 30_000,
+    silentMinMs: 5_000,
+    silentMaxMs: 15_000,
+  };
+
+  readonly timings: JobTimings;
+  private readonly lives = new Map<string, JobLife>();
+  private readonly watches = new Map<JobLife, Watch>();
+  private readonly results = new RecentMap<string, JobResult>(RESULTS_KEPT);
+  /** Jobs with no event yet that are not known to run: what a queue change may concern. */
+  private readonly waiting = new Set<JobLife>();
+  /** Jobs running now: what the silence watch looks at. */
+  private readonly running = new Set<JobLife>();
+  private readonly firstChecks = new Set<JobLife>();
+  private firstCheckTimer?: NodeJS.Timeout;
+  private queueRead?: { at: number; read: Promise<QueueRead> };
+  private sweepTimer?: NodeJS.Timeout;
+  private lastSweep = 0;
+  private quietTimer?: NodeJS.Timeout;
+  private silenceTimer?: NodeJS.Timeout;
+  private lastFrames = -1;
+  private lastFrameAt = 0;
+  private changeCount = 0;
+  private readonly checks = new Limiter(CHECKS_AT_ONCE);
+  /** Aborts every request the book started when the connection closes. */
+  private readonly aborter = new AbortController();
+  private deregister?: () => void;
+  private stopListening?: () => void;
+  private closed = false;
+
+  constructor(
+    private readonly connection: BookConnection,
+    timings: Partial<JobTimings> = {},
+  ) {
+    this.timings = { ...JobBook.defaultTimings, ...timings };
+    // Each request in flight listens to the signal: up to CHECKS_AT_ONCE checks and the result reads of jobs
+    // ending at once; more listeners than Node's default of 10 are expected, not a leak.
+    setMaxListeners(1000, this.aborter.signal);
+  }
+
+  /** Jobs awaited now. */
+  get size(): number {
+    return this.lives.size;
+  }
+
+  /**
+   * Adds an await of a job: it joins the job's life, or starts one. An await of a job that ended lately gets
+   * its result at once (before this returns), as does one whose kept events end it.
+   */
+  attach(promptId: string, job: JobAwait): void {
+    if (this.closed) return;
+    const remembered = this.results.get(promptId);
+    if (remembered) {
+      job.onEnd(structuredClone(remembered));
+      return;
+    }
+    const present = this.lives.get(promptId);
+    if (present) {
+      const watch = this.watches.get(present) as Watch;
+      watch.awaits.push(job);
+      if (job.wantsProgress) present.wantsProgress = true;
+      job.onChange(present, present.state);
+      return;
+    }
+    this.start();
+    const life = new JobLife(promptId, this, job.wantsProgress);
+    const watch: Watch = {
+      awaits: [job],
+      unsubscribe: () => undefined,
+      checking: false,
+      recheck: false,
+      checkAt: Infinity,
+      pollDelay: this.timings.pollInitialMs,
+      quietEvents: 0,
+      quietTicks: 0,
+      seenEvents: 0,
+      lastEventAt: Date.now(),
+      widestGap: 0,
+      silenceCheckedAt: 0,
+      silenceBackoff: 1,
+    };
+    this.lives.set(promptId, life);
+    this.watches.set(life, watch);
+    const sockets = this.connection.sockets();
+    // Frames a life does not need are skipped by the socket only while no await-job node wants progress
+    // (each tracker says so when it registers), so this subscription never asks for them itself.
+    const unsubscribe = sockets.subscribe(promptId, (event) => life.onEvent(event), { progress: false });
+    watch.unsubscribe = unsubscribe;
+    // The kept events replayed by subscribe may have ended the job already, before its unsubscribe was known.
+    if (life.result) {
+      unsubscribe({ ended: true });
+      return;
+    }
+    // Taken out of the queue before it was awaited: it will never run.
+    if (this.connection.cancels.kindOf(promptId) === 'removed') life.onCancel('removed');
+    if (life.isOver) return;
+    if (life.firstEventEpoch === undefined) this.waiting.add(life);
+    job.onChange(life, life.state);
+    this.armQuietChecks();
+    this.firstChecks.add(life);
+    this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.timings.firstCheckMs);
+    if (!sockets.isOpen) this.check(life, watch.pollDelay);
+  }
+
+  /** Removes an await (its node closed, or its time ran out); a life with no await left is dropped. */
+  detach(promptId: string, job: JobAwait): void {
+    const life = this.lives.get(promptId);
+    const watch = life && this.watches.get(life);
+    if (!life || !watch) return;
+    const index = watch.awaits.indexOf(job);
+    if (index < 0) return;
+    watch.awaits.splice(index, 1);
+    if (watch.awaits.length === 0) this.release(life, false);
+    else life.wantsProgress = watch.awaits.some((other) => other.wantsProgress);
+  }
+
+  /** Every job of one await's, for the tracker's summary in constant time. */
+  lifeOf(promptId: string): JobLife | undefined {
+    return this.lives.get(promptId);
+  }
+
+  /** Stops following every job (their awaits are the trackers' to end) and leaves the socket. */
+  close(): void {
+    this.closed = true;
+    this.aborter.abort();
+    clearTimeout(this.firstCheckTimer);
+    clearTimeout(this.sweepTimer);
+    clearInterval(this.quietTimer);
+    clearInterval(this.silenceTimer);
+    this.quietTimer = this.silenceTimer = undefined;
+    for (const life of [...this.lives.values()]) this.release(life, false);
+    this.stopListening?.();
+    this.deregister?.();
+    this.stopListening = this.deregister = undefined;
+  }
+
+  // --- LifeHost: what lives ask of the book ---
+
+  check(life: JobLife, delayMs: number): void {
+    const watch = this.watches.get(life);
+    if (!watch || this.closed) return;
+    const at = Date.now() + Math.max(0, delayMs);
+    if (watch.checkTimer && watch.checkAt <= at) return;
+    clearTimeout(watch.checkTimer);
+    watch.checkAt = at;
+    watch.checkTimer = setTimeout(() => {
+      watch.checkTimer = undefined;
+      watch.checkAt = Infinity;
+      void this.checkOne(life);
+    }, delayMs);
+  }
+
+  readEnded(life: JobLife, delayMs: number): void {
+    const watch = this.watches.get(life);
+    if (!watch || this.closed) return;
+    clearTimeout(watch.readTimer);
+    watch.readTimer = setTimeout(() => {
+      watch.readTimer = undefined;
+      this.checks
+        .run(() => this.connection.lookup.ended(life.promptId, this.aborter.signal))
+        .then(
+          (answer) => life.onEndedRead(answer),
+          () => undefined,
+        );
+    }, delayMs);
+  }
+
+  changed(life: JobLife, previous: LifeState): void {
+    if (life.firstEventEpoch !== undefined || (life.state !== 'submitted' && life.state !== 'pending'))
+      this.waiting.delete(life);
+    if (life.state === 'running') {
+      if (!this.running.has(life)) {
+        this.running.add(life);
+        this.armSilenceWatch();
+      }
+    } else this.running.delete(life);
+    life.lastChange = ++this.changeCount;
+    const watch = this.watches.get(life);
+    if (watch) for (const job of watch.awaits) job.onChange(life, previous);
+  }
+
+  progress(life: JobLife, progress: JobProgress): void {
+    const watch = this.watches.get(life);
+    if (!watch) return;
+    for (const job of watch.awaits) if (job.wantsProgress) job.onProgress(progress);
+  }
+
+  finished(life: JobLife, result: JobResult): void {
+    const watch = this.watches.get(life);
+    if (!watch) return;
+    this.release(life, true);
+    // Kept for later awaits; not a lost or refused end, which a later check may see otherwise.
+    if (life.state === 'completed' || life.state === 'failed' || life.state === 'cancelled')
+      this.results.set(life.promptId, result);
+    // Each await gets its own copy when there are several: a node changes its result's `files`.
+    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? result : structuredClone(result)));
+  }
+
+  cancelledHere(promptId: string): boolean {
+    return this.connection.cancels.isCancelled(promptId);
+  }
+
+  // --- asking the server ---
+
+  /** Registers with the socket manager (without opening it) and with the cancels of the connection. */
+  private start(): void {
+    if (this.deregister || this.closed) return;
+    this.stopListening = this.connection.cancels.listen((promptId, kind) => this.onCancel(promptId, kind));
+    this.deregister = this.connection.sockets().register({
+      onQueueStatus: () => {
+        // The queue changed: the next check reads it anew.
+        this.queueRead = undefined;
+        this.scheduleSweep();
+      },
+      onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
+    });
+  }
+
+  private onCancel(promptId: string, kind: CancelKind): void {
+    this.lives.get(promptId)?.onCancel(kind);
+  }
+
+  private onConnectionState(state: ConnectionState, reconnected: boolean): void {
+    // A queue read from before the reconnect may predate the jobs' ends.
+    if (reconnected) this.queueRead = undefined;
+    if (state === 'open') {
+      for (const watch of this.watches.values()) watch.pollDelay = this.timings.pollInitialMs;
+      if (!reconnected) return;
+      // Whatever happened while the socket was down is only known over REST; a check already under way may
+      // have asked before the job ended, so it does not count as this one.
+      for (const life of this.lives.values()) life.onReconnect();
+      void this.checkMany([...this.lives.values()]);
+    } else {
+      for (const [life, watch] of this.watches) this.check(life, watch.pollDelay);
+    }
+  }
+
+  /** The queue, read at most once per `queueFreshMs` (a reconnect or a queue change starts a new read). */
+  private readQueue(): Promise<QueueRead> {
+    const now = Date.now();
+    if (!this.queueRead || now - this.queueRead.at >= this.timings.queueFreshMs) {
+      const read = this.connection.lookup
+        .queue(this.aborter.signal)
+        .catch((error: unknown): QueueRead => ({
+          kind: 'unreadable',
+          reason: 'failed',
+          message: String(error),
+        }));
+      this.queueRead = { at: now, read };
+    }
+    return this.queueRead.read;
+  }
+
+  /** One job: the shared queue read answers for it when it lists it; else its own routes are asked. */
+  private async checkOne(life: JobLife): Promise<void> {
+    const watch = this.watches.get(life);
+    if (!watch || life.isOver) return;
+    if (watch.checking) {
+      watch.recheck = true;
+      return;
+    }
+    watch.checking = true;
+    let answer: LookupAnswer | undefined;
+    try {
+      answer = await this.checks.run(async (): Promise<LookupAnswer | undefined> => {
+        if (life.isOver || this.closed) return undefined;
+        const queued = phaseInQueue(await this.readQueue(), life.promptId);
+        if (queued === 'running' || queued === 'pending') return { kind: 'phase', phase: queued };
+        return this.connection.lookup.status(life.promptId, this.aborter.signal, () => this.readQueue());
+      });
+    } catch {
+      answer = undefined; // stopped by the close
+    }
+    watch.checking = false;
+    if (!answer || life.isOver || !this.watches.has(life)) return;
+    if (watch.recheck) {
+      watch.recheck = false;
+      void this.checkOne(life);
+      return;
+    }
+    if (answer.kind === 'unreadable')
+      this.log('debug', `status check of ${life.promptId}: ${answer.message}`);
+    life.onAnswer(answer);
+    if (!life.isOver && !this.connection.sockets().isOpen) {
+      this.check(life, watch.pollDelay);
+      watch.pollDelay = Math.min(this.timings.pollMaxMs, Math.round(watch.pollDelay * 1.5));
+    }
+  }
+
+  /**
+   * Many jobs at once: one queue read answers for every job it lists (no request each); only the ones it does
+   * not list (ended, unknown) or a queue that could not be read make a request each. A job whose check is under
+   * way is checked again after it. Resolves when every check of the round is done.
+   */
+  private async checkMany(lives: JobLife[]): Promise<void> {
+    const due = lives.filter((life) => {
+      const watch = this.watches.get(life);
+      if (!watch || life.isOver) return false;
+      if (watch.checking) watch.recheck = true;
+      return !watch.checking;
+    });
+    if (due.length === 0 || this.closed) return;
+    const read = await this.readQueue();
+    const alone: Array<Promise<void>> = [];
+    for (const life of due) {
+      if (life.isOver || !this.watches.has(life)) continue;
+      const queued = phaseInQueue(read, life.promptId);
+      if (queued === 'running' || queued === 'pending') life.onQueued(queued);
+      else alone.push(this.checkOne(life));
+    }
+    await Promise.all(alone);
+  }
+
+  /** The first check of the jobs awaited since the last round: the ones whose events are not arriving. */
+  private firstCheck(): void {
+    this.firstCheckTimer = undefined;
+    const sockets = this.connection.sockets();
+    const due = [...this.firstChecks].filter(
+      (life) =>
+        !(life.firstEventEpoch !== undefined && life.firstEventEpoch === sockets.epoch && sockets.isOpen),
+    );
+    this.firstChecks.clear();
+    void this.checkMany(due);
+  }
+
+  /**
+   * The queue changed: a job still waiting in it may have been deleted, which sends no event. Checks the
+   * waiting jobs checked longest ago, a few at a time and at most every 2 s: constant work per `status` event.
+   */
+  private scheduleSweep(): void {
+    if (this.sweepTimer || this.closed || this.waiting.size === 0) return;
+    const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + SWEEP_INTERVAL_MS - Date.now());
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = undefined;
+      this.lastSweep = Date.now();
+      const oldest: JobLife[] = [];
+      for (const life of this.waiting) {
+        if (oldest.length >= SWEEP_JOBS) break;
+        oldest.push(life);
+      }
+      for (const life of oldest) {
+        // To the back of the line: the next sweep takes the next ones.
+        this.waiting.delete(life);
+        this.waiting.add(life);
+      }
+      void this.checkMany(oldest);
+    }, wait);
+  }
+
+  /** Jobs silent for a long while with the socket up: one timer for all, so their checks share a queue read. */
+  private armQuietChecks(): void {
+    if (this.quietTimer || this.closed) return;
+    const interval = Math.max(50, this.timings.quietCheckMs / 4);
+    // Silent for at least quietCheckMs: the tick of its last event may have been nearly over.
+    const ticksQuiet = Math.ceil(this.timings.quietCheckMs / interval) + 1;
+    this.quietTimer = setInterval(() => {
+      if (this.lives.size === 0) {
+        clearInterval(this.quietTimer);
+        this.quietTimer = undefined;
+        return;
+      }
+      const quiet: JobLife[] = [];
+      for (const [life, watch] of this.watches) {
+        if (life.events !== watch.quietEvents) {
+          watch.quietEvents = life.events;
+          watch.quietTicks = 0;
+        } else if (++watch.quietTicks >= ticksQuiet) {
+          watch.quietTicks = 0;
+          quiet.push(life);
+        }
+      }
+      void this.checkMany(quiet);
+    }, interval);
+  }
+
+  /**
+   * Once a second while jobs run: a running job whose events have stopped while the whole socket is silent
+   * for 4x the widest gap between its events so far (within silentMinMs..silentMaxMs) is checked. If it moved
+   * on without a frame arriving meanwhile, the server no longer sends to this socket: it is opened again. A job
+   * still running (a long node) doubles its wait, up to the quiet period.
+   */
+  private armSilenceWatch(): void {
+    if (this.silenceTimer || this.closed) return;
+    this.lastFrameAt = Date.now();
+    this.silenceTimer = setInterval(() => this.silenceTick(), SILENCE_TICK_MS);
+    this.silenceTimer.unref();
+  }
+
+  private silenceTick(): void {
+    if (this.running.size === 0) {
+      clearInterval(this.silenceTimer);
+      this.silenceTimer = undefined;
+      return;
+    }
+    const now = Date.now();
+    const sockets = this.connection.sockets();
+    const frames = sockets.stats.framesReceived;
+    if (frames !== this.lastFrames || !sockets.isOpen) {
+      this.lastFrames = frames;
+      this.lastFrameAt = now;
+    }
+    const suspects: JobLife[] = [];
+    for (const life of this.running) {
+      const watch = this.watches.get(life);
+      if (!watch) continue;
+      if (life.events !== watch.seenEvents) {
+        if (watch.seenEvents > 0) watch.widestGap = Math.max(watch.widestGap, now - watch.lastEventAt);
+        watch.seenEvents = life.events;
+        watch.lastEventAt = now;
+        watch.silenceBackoff = 1;
+      }
+      const { silentMinMs, silentMaxMs, quietCheckMs } = this.timings;
+      const usual = Math.min(silentMaxMs, Math.max(silentMinMs, 4 * watch.widestGap));
+      const limit = Math.min(quietCheckMs, usual * watch.silenceBackoff);
+      if (
+        watch.seenEvents > 0 &&
+        now - this.lastFrameAt >= limit &&
+        now - watch.lastEventAt >= limit &&
+        now - watch.silenceCheckedAt >= limit
+      ) {
+        watch.silenceCheckedAt = now;
+        suspects.push(life);
+      }
+    }
+    if (suspects.length > 0) void this.silenceCheck(suspects, frames);
+  }
+
+  private async silenceCheck(lives: JobLife[], frames: number): Promise<void> {
+    const before = lives.map((life) => life.state);
+    await this.checkMany(lives);
+    const sockets = this.connection.sockets();
+    let movedOn = false;
+    lives.forEach((life, index) => {
+      if (life.state !== before[index]) movedOn = true;
+      const watch = this.watches.get(life);
+      if (watch) watch.silenceBackoff *= 2;
+    });
+    if (movedOn && sockets.isOpen && sockets.stats.framesReceived === frames) {
+      this.log('warn', 'graph-gen: a job moved on while the socket stayed silent; opening the socket again');
+      sockets.reopen();
+    }
+  }
+
+  /** Frees a life: its timers, its subscription (`ended`: its later events are dropped), its place in sets. */
+  private release(life: JobLife, ended: boolean): void {
+    const watch = this.watches.get(life);
+    if (!watch) return;
+    clearTimeout(watch.checkTimer);
+    clearTimeout(watch.readTimer);
+    this.watches.delete(life);
+    this.lives.delete(life.promptId);
+    this.waiting.delete(life);
+    this.running.delete(life);
+    this.firstChecks.delete(life);
+    watch.unsubscribe({ ended });
+    if (this.lives.size === 0) {
+      clearInterval(this.quietTimer);
+      this.quietTimer = undefined;
+      // The socket may close once no user is left.
+      this.stopListening?.();
+      this.deregister?.();
+      this.stopListening = this.deregister = undefined;
+    }
+  }
+
+  private log(level: 'debug' | 'warn', message: string): void {
+    this.connection.log?.(level, message);
+  }
+}

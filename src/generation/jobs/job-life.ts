@@ -1,0 +1,417 @@
+/**
+ * A job's life, from the moment it is awaited to its end: its states and every transition between them. This
+ * is the one place that decides how a job ended; the socket only carries its events, lookups only answer, and
+ * the book (job-book.ts) only decides when to ask and does the asking. One life per prompt_id and config node,
+ * shared by every await of the job. No Node-RED inside.
+ *
+ * States
+ * | state     | what is known                                                   | awaits get            |
+ * |-----------|-----------------------------------------------------------------|-----------------------|
+ * | submitted | awaited; no event or answer has placed it yet                   |                       |
+ * | pending   | it waits in the server's queue                                  |                       |
+ * | running   | it runs                                                         |                       |
+ * | ending    | it ended; its outputs or its error are being read over REST     |                       |
+ * | completed | ended well                                                      | output 1              |
+ * | failed    | ended with the server's error                                   | output 2, `failed`    |
+ * | cancelled | cancelled or interrupted                                        | output 2, `cancelled` |
+ * | lost      | no route of the server knows it any more (deleted, a restart)   | output 2, `JobLost`   |
+ * | refused   | the server refused the key on every status check                | output 2, `unauthorized` |
+ * A timeout is not the job's: it ends one await (job-tracker.ts), and the life goes on for the others.
+ *
+ * Transitions (in submitted, pending or running; an ended or ending life ignores them; "check" = the book asks
+ * the server; "confirmed" = the same answer twice, `lostConfirmMs` apart)
+ * | input                                          | then                                                       |
+ * |------------------------------------------------|------------------------------------------------------------|
+ * | execution_start, executing <node>, progress     | running (its node and step)                                |
+ * | executed                                       | its output merged                                          |
+ * | executing null                                 | the run is over: check now                                 |
+ * | execution_success                              | completed; ending when events may have been missed         |
+ * | execution_error                                | failed with the event's error                              |
+ * | execution_interrupted                          | cancelled                                                  |
+ * | answer or queue read: pending, running         | that state                                                 |
+ * | answer: completed, failed, cancelled           | that end; ending when the outputs or error are not in it   |
+ * | answer: unknown                                | cancelled if this config cancelled it; else lost once      |
+ * |                                                | confirmed, and not before `unknownGraceMs` for a job never |
+ * |                                                | known                                                      |
+ * | answer: unreadable (failed, 429, no queue)     | nothing concluded; check again later (429: Retry-After)    |
+ * | answer: unreadable (401/403)                   | refused once confirmed                                     |
+ * | answer: unreadable (no status route at all)    | after a run that is over: completed from its events        |
+ * | cancel: removed from the queue                 | cancelled                                                  |
+ * | cancel: interrupted, ended, not confirmed      | check soon (the server says how it ended)                  |
+ * | reconnect                                      | events may be missed: the outputs come from REST; check    |
+ * | socket silent while it runs, quiet for long    | check (the book reopens a socket that missed a change)     |
+ * | in ending: result read                         | the end, with its outputs or error                         |
+ * | in ending: none, or unreadable 3 times         | the end, `outputs_incomplete` / an unknown error           |
+ * | close                                          | no end: every await resolves with nothing                  |
+ */
+import type { ImageType, PreviewMetadata } from './frames';
+import { mergeOutput, filesOf, type FileReference, type JobOutputs } from './job-outputs';
+import { executionError, type EndedAnswer, type ExecutionError, type LookupAnswer } from './job-lookup';
+import { isTerminal } from './status-words';
+import type { SocketEvent } from './socket-manager';
+
+export type LifeState =
+  'submitted' | 'pending' | 'running' | 'ending' | 'completed' | 'failed' | 'cancelled' | 'lost' | 'refused';
+
+export type JobEndStatus = 'completed' | 'failed' | 'cancelled' | 'timeout';
+
+export interface JobResult {
+  prompt_id: string;
+  status: JobEndStatus;
+  outputs?: JobOutputs;
+  files?: FileReference[];
+  error?: ExecutionError;
+  /** Events were missed and no endpoint of the server had the outputs: `outputs` may lack some. */
+  outputs_incomplete?: true;
+}
+
+/** One progress message: the event type as topic, its data (or a preview's bytes / a text) as payload. */
+export interface JobProgress {
+  topic: string;
+  payload: unknown;
+  prompt_id: string;
+  image_type?: ImageType;
+  metadata?: PreviewMetadata;
+  node?: string;
+}
+
+/** What a life needs of the book that holds it: asking the server, and telling the awaits. */
+export interface LifeHost {
+  readonly timings: { lostConfirmMs: number; unknownGraceMs: number; unreadableMaxMs: number };
+  /** Ask the server about this job in `delayMs` (an earlier request stands). */
+  check(life: JobLife, delayMs: number): void;
+  /** Read the ended job's outputs and error over REST in `delayMs`; the answer comes to `onEndedRead`. */
+  readEnded(life: JobLife, delayMs: number): void;
+  /** The state, node or step changed; or the first event came. */
+  changed(life: JobLife, previous: LifeState): void;
+  /** A progress-only event or one that progress output shows (only called while an await wants progress). */
+  progress(life: JobLife, progress: JobProgress): void;
+  /** The life ended with this result. */
+  finished(life: JobLife, result: JobResult): void;
+  /** Whether this config node cancelled the job (then a job the server forgot was cancelled, not lost). */
+  cancelledHere(promptId: string): boolean;
+}
+
+const END_EVENTS: Record<string, 'completed' | 'failed' | 'cancelled'> = {
+  execution_success: 'completed',
+  execution_error: 'failed',
+  execution_interrupted: 'cancelled',
+};
+
+/** Attempts at reading an ended job's outputs or error before it ends without them. */
+const ENDED_READS = 3;
+/** After `executing` null, the server may not have filed the job yet: asked again this soon. */
+const RUN_OVER_RECHECK_MS = 500;
+
+/** The error of a job that no route of the service knows any more. */
+export function jobLostError(promptId: string): ExecutionError {
+  return {
+    exception_type: 'JobLost',
+    exception_message: `the generation service no longer knows job ${promptId}: it was deleted from its queue elsewhere, or the server restarted; submit the workflow again`,
+    traceback: [],
+  };
+}
+
+function refusedError(promptId: string, status: number | undefined): ExecutionError {
+  return {
+    exception_type: 'unauthorized',
+    exception_message: `the generation service refused the API key${status ? ` (HTTP ${status})` : ''} on every status check of job ${promptId}, so how it ends cannot be known: check the key in the config node (the job may still run on the server)`,
+    traceback: [],
+  };
+}
+
+function unknownFailure(): ExecutionError {
+  return {
+    exception_type: 'unknown',
+    exception_message: 'the service reports the job as failed',
+    traceback: [],
+  };
+}
+
+export class JobLife {
+  state: LifeState = 'submitted';
+  node?: string;
+  step?: { value: number; max: number };
+  readonly outputs: JobOutputs = {};
+  /** The server has known this job: an event came, or an answer placed it. */
+  known = false;
+  readonly awaitedAt = Date.now();
+  /** When an answer first said no route knows the job; when one first refused the key. */
+  private unknownSince?: number;
+  private refusedSince?: number;
+  /** Answers that could not be read since the last one that could. */
+  private unreadableStreak = 0;
+  /** `executing` null came: the run is over, and only REST can say how it ended. */
+  private runOver = false;
+  /** The connection (socket epoch) that delivered execution_start, and the first event. */
+  private startEpoch?: number;
+  firstEventEpoch?: number;
+  /** Events may have been missed (a reconnect, an event from another connection than the start). */
+  gap = false;
+  /** Events so far (the book reads it to see which jobs go silent). */
+  events = 0;
+  /** Orders changes across lives (set by the book): the latest change has the highest. */
+  lastChange = 0;
+  /** The result, once ended. */
+  result?: JobResult;
+  private ending?: { result: JobResult; reads: number };
+
+  constructor(
+    readonly promptId: string,
+    private readonly host: LifeHost,
+    /** Whether an await of this job wants progress messages (the book keeps it current). */
+    public wantsProgress = false,
+  ) {}
+
+  get isOver(): boolean {
+    return this.result !== undefined || this.state === 'ending';
+  }
+
+  /** A socket event of this job. Runs for every frame: constant work, no clock reads. */
+  onEvent(event: SocketEvent): void {
+    if (this.isOver) return;
+    this.events += 1;
+    this.known = true;
+    this.unknownSince = undefined;
+    const first = this.firstEventEpoch === undefined;
+    if (first) this.firstEventEpoch = event.epoch;
+    const { type, data } = event;
+    if (this.startEpoch !== undefined && event.epoch !== this.startEpoch) this.gap = true;
+    const end = END_EVENTS[type];
+    if (end) {
+      if (type === 'execution_error') this.end('failed', { error: executionError(data) });
+      else this.end(end, { eventEpoch: event.epoch });
+      return;
+    }
+    const previous = this.state;
+    switch (type) {
+      case 'execution_start':
+        this.startEpoch = event.epoch;
+        this.gap = false;
+        this.state = 'running';
+        break;
+      case 'executing': {
+        const node = data.node;
+        if (node === null || node === undefined || node === '') {
+          this.emit(type, data);
+          this.runOver = true;
+          this.host.check(this, 0);
+          return;
+        }
+        this.setNode(String(node));
+        this.step = undefined;
+        this.state = 'running';
+        break;
+      }
+      case 'progress': {
+        const value = Number(data.value);
+        const max = Number(data.max);
+        if (Number.isFinite(value) && Number.isFinite(max)) {
+          // Changed in place: a new object per event, held by a long-lived job, would outlive the young
+          // generation and make every scavenge copy one per job in flight.
+          if (this.step) {
+            this.step.value = value;
+            this.step.max = max;
+          } else this.step = { value, max };
+        }
+        if (typeof data.node === 'string') this.setNode(data.node);
+        this.state = 'running';
+        break;
+      }
+      case 'executed': {
+        const node = data.node ?? data.display_node;
+        if (node !== undefined && node !== null) mergeOutput(this.outputs, String(node), data.output);
+        break;
+      }
+      case 'preview':
+        if (this.wantsProgress) this.preview(event);
+        if (first) this.host.changed(this, previous);
+        return;
+      case 'text':
+        if (this.wantsProgress && event.frame?.type === 3) {
+          this.host.progress(this, {
+            topic: 'text',
+            payload: event.frame.text,
+            node: event.frame.nodeId,
+            prompt_id: this.promptId,
+          });
+        }
+        if (first) this.host.changed(this, previous);
+        return;
+      default:
+        break;
+    }
+    if (first || type === 'execution_start' || type === 'executing' || type === 'progress')
+      this.host.changed(this, previous);
+    this.emit(type, data);
+  }
+
+  /** A status answer for this job. */
+  onAnswer(answer: LookupAnswer, now = Date.now()): void {
+    if (this.isOver) return;
+    if (answer.kind === 'phase') {
+      this.known = true;
+      this.unknownSince = this.refusedSince = undefined;
+      this.unreadableStreak = 0;
+      if (isTerminal(answer.phase)) {
+        this.end(answer.phase, { error: answer.error, fromRest: true, outputs: answer.outputs });
+        return;
+      }
+      // Just after `executing` null the server may not have filed the job as ended yet.
+      if (this.runOver) this.host.check(this, RUN_OVER_RECHECK_MS);
+      this.onQueued(answer.phase === 'running' ? 'running' : 'pending');
+      return;
+    }
+    if (answer.kind === 'unknown') {
+      this.unreadableStreak = 0;
+      this.refusedSince = undefined;
+      if (this.host.cancelledHere(this.promptId)) {
+        this.end('cancelled', {});
+        return;
+      }
+      const { unknownGraceMs, lostConfirmMs } = this.host.timings;
+      // A service may list a job a moment after its submit answered: never known, not lost yet.
+      if (!this.known && now - this.awaitedAt < unknownGraceMs) {
+        this.host.check(this, this.awaitedAt + unknownGraceMs - now);
+        return;
+      }
+      this.unknownSince ??= now;
+      if (now - this.unknownSince >= lostConfirmMs) this.finishFailed(jobLostError(this.promptId), 'lost');
+      else this.host.check(this, this.unknownSince + lostConfirmMs - now);
+      return;
+    }
+    // Could not be read: nothing is concluded from it.
+    switch (answer.reason) {
+      case 'refused': {
+        this.refusedSince ??= now;
+        const { lostConfirmMs } = this.host.timings;
+        if (now - this.refusedSince >= lostConfirmMs)
+          this.finishFailed(refusedError(this.promptId, answer.status), 'refused');
+        else this.host.check(this, this.refusedSince + lostConfirmMs - now);
+        return;
+      }
+      case 'no_route':
+        // The server has no route that tells: its events are all there is.
+        if (this.runOver) this.end('completed', {});
+        return;
+      default: {
+        this.unreadableStreak += 1;
+        const backoff = Math.min(this.host.timings.unreadableMaxMs, 1000 * 2 ** (this.unreadableStreak - 1));
+        this.host.check(this, Math.max(answer.retryAfterMs ?? 0, backoff));
+      }
+    }
+  }
+
+  /** A queue read lists the job: it waits, or runs. */
+  onQueued(phase: 'pending' | 'running'): void {
+    if (this.isOver) return;
+    this.known = true;
+    this.unknownSince = this.refusedSince = undefined;
+    if (this.state === phase) return;
+    const previous = this.state;
+    this.state = phase;
+    this.host.changed(this, previous);
+  }
+
+  /** This config node cancelled the job. Taken out of the queue: it will never run. Otherwise the server says. */
+  onCancel(kind: 'removed' | 'interrupted' | 'ended' | 'unknown' | 'unconfirmed'): void {
+    if (this.isOver) return;
+    if (kind === 'removed') this.end('cancelled', {});
+    else this.host.check(this, 300);
+  }
+
+  /** The socket reconnected: events may have been missed meanwhile. */
+  onReconnect(): void {
+    if (!this.isOver) this.gap = true;
+  }
+
+  /** The read of an ended job's outputs or error (state ending). */
+  onEndedRead(answer: EndedAnswer): void {
+    const ending = this.ending;
+    if (!ending || this.result) return;
+    const { result } = ending;
+    if (answer.kind === 'unreadable' && ++ending.reads < ENDED_READS) {
+      this.host.readEnded(this, Math.max(answer.retryAfterMs ?? 0, 1000 * 2 ** (ending.reads - 1)));
+      return;
+    }
+    const found = answer.kind === 'found' ? answer : undefined;
+    if (result.status === 'failed') result.error = found?.error ?? unknownFailure();
+    else {
+      if (!found?.outputs) result.outputs_incomplete = true;
+      setOutputs(result, found?.outputs ?? this.outputs);
+    }
+    this.ending = undefined;
+    this.finish(result, result.status === 'failed' ? 'failed' : 'completed');
+  }
+
+  /**
+   * The end of the job. Synchronous when the events told everything, which is the common end and may come for
+   * 10,000 jobs at once; only an error or outputs that REST must give make it go through `ending`.
+   */
+  private end(
+    status: 'completed' | 'failed' | 'cancelled',
+    details: { error?: ExecutionError; fromRest?: boolean; eventEpoch?: number; outputs?: JobOutputs },
+  ): void {
+    const result: JobResult = { prompt_id: this.promptId, status };
+    if (status === 'failed') {
+      if (!details.error && details.fromRest) return this.readResult(result);
+      result.error = details.error ?? unknownFailure();
+    }
+    if (status === 'completed') {
+      const whole =
+        !details.fromRest &&
+        !this.gap &&
+        this.startEpoch !== undefined &&
+        (details.eventEpoch === undefined || details.eventEpoch === this.startEpoch);
+      if (!whole && !details.outputs) return this.readResult(result);
+      setOutputs(result, whole ? this.outputs : (details.outputs ?? this.outputs));
+    }
+    this.finish(result, status);
+  }
+
+  private readResult(result: JobResult): void {
+    const previous = this.state;
+    this.state = 'ending';
+    this.ending = { result, reads: 0 };
+    this.host.changed(this, previous);
+    this.host.readEnded(this, 0);
+  }
+
+  private finish(result: JobResult, state: LifeState): void {
+    this.state = state;
+    this.result = result;
+    this.host.finished(this, result);
+  }
+
+  /** Ends a job whose end no server said: it is no longer known, or its checks are refused. */
+  private finishFailed(error: ExecutionError, state: 'lost' | 'refused'): void {
+    this.finish({ prompt_id: this.promptId, status: 'failed', error }, state);
+  }
+
+  private setNode(node: string): void {
+    // The same node's string is kept: the old one is already old (no young object per event).
+    if (this.node !== node) this.node = node;
+  }
+
+  private emit(topic: string, payload: Record<string, unknown>): void {
+    if (this.wantsProgress) this.host.progress(this, { topic, payload, prompt_id: this.promptId });
+  }
+
+  private preview(event: SocketEvent): void {
+    const frame = event.frame;
+    if (!frame || frame.type === 3) return;
+    const progress: JobProgress = {
+      topic: 'preview',
+      payload: frame.image,
+      image_type: frame.imageType,
+      prompt_id: this.promptId,
+    };
+    if (frame.type === 4) progress.metadata = frame.metadata;
+    this.host.progress(this, progress);
+  }
+}
+
+function setOutputs(result: JobResult, outputs: JobOutputs): void {
+  result.outputs = outputs;
+  result.files = filesOf(outputs);
+}
