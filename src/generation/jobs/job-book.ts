@@ -345,13 +345,11 @@ export class JobBook implements LifeHost {
   private readQueue(): Promise<QueueRead> {
     const now = Date.now();
     if (!this.queueRead || now - this.queueRead.at >= this.timings.queueFreshMs) {
-      const read = this.connection.lookup
-        .queue(this.aborter.signal)
-        .catch((error: unknown): QueueRead => ({
-          kind: 'unreadable',
-          reason: 'failed',
-          message: String(error),
-        }));
+      const read = this.connection.lookup.queue(this.aborter.signal).catch((error: unknown): QueueRead => ({
+        kind: 'unreadable',
+        reason: 'failed',
+        message: String(error),
+      }));
       this.queueRead = { at: now, read };
     }
     return this.queueRead.read;
