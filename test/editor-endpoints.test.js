@@ -320,6 +320,28 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     assert.match(refused.body.message, /refused the API key, so its node definitions cannot be shown/);
   });
 
+  it("stops waiting for a deployed node's slow server with a sentence, and answers what the read brings later", async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    DIALOG_DEFINITIONS.waitMs = 100;
+    cloud.faults.add({ path: '/api/object_info', delayMs: 600 });
+    try {
+      const slow = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+      assert.equal(slow.body.ok, false);
+      assert.equal(slow.body.code, 'network');
+      assert.match(
+        slow.body.message,
+        /did not send its node definitions within \d+ s, so they cannot be shown yet/,
+      );
+      // The read went on; once it is in, the dialog answers it without another download.
+      await pause(800);
+      const later = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+      assert.equal(later.body.ok, true, later.body.message);
+      assert.equal(objectInfoReads(cloud), 1);
+    } finally {
+      cloud.faults.clear();
+    }
+  });
+
   it('never reads the server environment into a typed key: it asks to deploy first', async () => {
     await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
     process.env.EDITOR_TEST_SECRET = 'environment-secret';

@@ -33,8 +33,6 @@ export interface EditorDefinition {
 }
 
 const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
-/** A dialog waits this long at most: a server that does not answer gets a sentence, not a hung form. */
-const READ_TIMEOUT_MS = 30_000;
 
 /** The sentence a dialog shows when the definitions cannot be read, by error code. */
 function sentenceFor(error: ServiceError, host: string, hasKey: boolean): string {
@@ -52,11 +50,13 @@ function sentenceFor(error: ServiceError, host: string, hasKey: boolean): string
   }
 }
 
-/** How old the definitions a dialog shows may get, and how often a Refresh may read them again. */
+/** How old the definitions a dialog shows may get, how often a Refresh may read them, how long a dialog waits. */
 export const DIALOG_DEFINITIONS = {
   maxAgeMs: 10 * 60_000,
   /** Anyone who may open a dialog may press Refresh: each read is a download of megabytes for the server. */
   refreshLimitMs: 10_000,
+  /** A server that does not answer gets a sentence, not a hung form. */
+  waitMs: 30_000,
 };
 
 /** A failed read as a ServiceError of the same code whose message is the sentence a dialog shows. */
@@ -75,13 +75,30 @@ export async function connectionDefinitions(
   connection: GenerationConnection,
   refresh: boolean,
 ): Promise<NodeDefinitions> {
+  const { baseUrl, apiKey } = connection.settings;
+  const host = new URL(baseUrl).host;
+  const waited = Math.round(DIALOG_DEFINITIONS.waitMs / 1000);
+  const tooLate = new ServiceError(
+    'network',
+    `${host} did not send its node definitions within ${waited} s, so they cannot be shown yet: check that the service is running, then refresh.`,
+  );
+  let timer: NodeJS.Timeout | undefined;
   try {
-    return await connection.rest.nodeDefinitions({
-      olderThanMs: refresh ? DIALOG_DEFINITIONS.refreshLimitMs : DIALOG_DEFINITIONS.maxAgeMs,
-    });
+    return await Promise.race([
+      connection.rest.nodeDefinitions({
+        olderThanMs: refresh ? DIALOG_DEFINITIONS.refreshLimitMs : DIALOG_DEFINITIONS.maxAgeMs,
+      }),
+      // The connection's own timeouts and retries are for flows; the dialog stops waiting sooner (the read
+      // goes on, for the next dialog and the submit nodes).
+      new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => reject(tooLate), DIALOG_DEFINITIONS.waitMs);
+      }),
+    ]);
   } catch (error) {
-    const { baseUrl, apiKey } = connection.settings;
-    throw definitionsFailure(error, new URL(baseUrl).host, !!apiKey, (text) => connection.http.redact(text));
+    if (error === tooLate) throw error;
+    throw definitionsFailure(error, host, !!apiKey, (text) => connection.http.redact(text));
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -104,8 +121,8 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
     serviceName: 'the generation service',
     // A person is waiting at the dialog: one quick retry at most, then the sentence.
     retry: { attempts: 2, baseDelayMs: 200, maxDelayMs: 500 },
-    timeoutMs: READ_TIMEOUT_MS,
-    totalTimeoutMs: READ_TIMEOUT_MS,
+    timeoutMs: DIALOG_DEFINITIONS.waitMs,
+    totalTimeoutMs: DIALOG_DEFINITIONS.waitMs,
   });
   try {
     const rest = new GenerationRestClient(http, undefined, source.maxBytes ?? DEFAULT_MAX_BYTES);
