@@ -8,7 +8,9 @@
 //   PORT=1881 npm start             another port
 //   NODE_RED_DIR=<dir> npm start    another Node-RED: a folder with node_modules/node-red, or node-red itself
 //
-// The browser tests use the functions exported below with a temporary user dir.
+// The browser tests use the functions exported below with a temporary user dir. Past 400 lines: all of
+// `npm start` (user dir, encrypted credentials, the dashboard package, both child processes) is this one
+// script, run without a build step.
 const { spawn, spawnSync } = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
@@ -127,14 +129,57 @@ function buildCredentials(flows, services) {
   return credentials;
 }
 
+/** The file in the user dir that holds the secret flows_cred.json is encrypted with. */
+const SECRET_FILE = '.credential-secret';
+
+/**
+ * The user dir's credential secret, made on first use (32 random bytes, readable by the owner only). A secret
+ * that is gone cannot be made again: credentials encrypted with it are lost, and `fresh` says so.
+ */
+function credentialSecret(userDir) {
+  const file = path.join(userDir, SECRET_FILE);
+  if (fs.existsSync(file)) return { secret: fs.readFileSync(file, 'utf8').trim(), fresh: false };
+  const secret = crypto.randomBytes(32).toString('hex');
+  fs.writeFileSync(file, `${secret}\n`, { mode: 0o600 });
+  return { secret, fresh: true };
+}
+
+/** Node-RED's encrypted credentials file: `{"$": iv (hex) + AES-256-CTR of the JSON (base64)}`, key sha256(secret). */
+function encryptCredentials(credentials, secret) {
+  const key = crypto.createHash('sha256').update(secret).digest();
+  const iv = crypto.randomBytes(16);
+  const cipher = crypto.createCipheriv('aes-256-ctr', key, iv);
+  const text = cipher.update(JSON.stringify(credentials), 'utf8', 'base64') + cipher.final('base64');
+  return { $: iv.toString('hex') + text };
+}
+
+/** The credentials of an encrypted credentials file (the inverse of encryptCredentials). */
+function decryptCredentials(encrypted, secret) {
+  const key = crypto.createHash('sha256').update(secret).digest();
+  const iv = Buffer.from(encrypted.$.slice(0, 32), 'hex');
+  const decipher = crypto.createDecipheriv('aes-256-ctr', key, iv);
+  return JSON.parse(decipher.update(encrypted.$.slice(32), 'base64', 'utf8') + decipher.final('utf8'));
+}
+
+function isEncrypted(credentials) {
+  return Boolean(credentials) && Object.keys(credentials).length === 1 && typeof credentials.$ === 'string';
+}
+
+function writeCredentials(file, credentials, secret) {
+  fs.writeFileSync(file, `${JSON.stringify(encryptCredentials(credentials, secret), null, 2)}\n`, {
+    mode: 0o600,
+  });
+}
+
 function settingsFile({ port }) {
   return `// Written by scripts/start.js on every start; edit that script, not this file.
 module.exports = {
   uiHost: '127.0.0.1',
   uiPort: ${Number(port)},
   flowFile: 'flows.json',
-  // Plain-text flows_cred.json: it holds only \${VAR} references, never a key.
-  credentialSecret: false,
+  // flows_cred.json is encrypted with this user dir's own secret: npm start writes \${VAR} references there,
+  // but a key typed in the editor is saved there too, and must not sit in a file in plain text.
+  credentialSecret: require('node:fs').readFileSync(require('node:path').join(__dirname, '${SECRET_FILE}'), 'utf8').trim(),
   // The file nodes of the examples read and write relative to the user dir.
   fileWorkingDirectory: __dirname,
   telemetry: { enabled: false, updateNotification: false },
@@ -186,6 +231,12 @@ function solidPng(width, height, [r, g, b, a]) {
 
 const DASHBOARD = '@flowfuse/node-red-dashboard';
 
+/**
+ * Folder links as junctions: on Windows a `dir` symlink needs Developer Mode or an administrator, a junction
+ * does not (elsewhere the type is ignored).
+ */
+const LINK_TYPE = 'junction';
+
 /** The folder of this repo's devDependency copy of the dashboard package, if installed. */
 function dashboardDevCopy() {
   try {
@@ -215,7 +266,7 @@ function ensureDashboard(
     // A dangling link (the copy it pointed at has gone) would make existsSync above false: replace it.
     fs.rmSync(target, { recursive: true, force: true });
     fs.mkdirSync(path.dirname(target), { recursive: true });
-    fs.symlinkSync(devCopy, target, 'dir');
+    fs.symlinkSync(devCopy, target, LINK_TYPE);
     return { dashboard: 'linked' };
   }
   const range = require(path.join(root, 'package.json')).devDependencies?.[DASHBOARD] || 'latest';
@@ -242,6 +293,7 @@ function ensureDashboard(
  */
 function prepareUserDir(userDir, { port, services, flows = 'examples', reset = false, dashboard = {} }) {
   fs.mkdirSync(path.join(userDir, 'node_modules', '@graph-gen'), { recursive: true });
+  const { secret, fresh } = credentialSecret(userDir);
   fs.writeFileSync(path.join(userDir, 'settings.js'), settingsFile({ port }));
   if (!fs.existsSync(path.join(userDir, 'package.json'))) {
     fs.writeFileSync(
@@ -260,7 +312,7 @@ function prepareUserDir(userDir, { port, services, flows = 'examples', reset = f
   }
   if (!linked) {
     fs.rmSync(link, { recursive: true, force: true });
-    fs.symlinkSync(root, link, 'dir');
+    fs.symlinkSync(root, link, LINK_TYPE);
   }
   for (const [name, colour] of [
     ['input.png', [200, 80, 40, 255]],
@@ -275,31 +327,62 @@ function prepareUserDir(userDir, { port, services, flows = 'examples', reset = f
   const stampFile = path.join(userDir, '.examples-stamp');
   if (flows === 'none') {
     fs.writeFileSync(flowsFile, '[]\n');
-    fs.writeFileSync(credentialsFile, '{}\n');
+    writeCredentials(credentialsFile, {}, secret);
     return { flows: 'none' };
   }
   const current = fs.existsSync(flowsFile) ? fs.readFileSync(flowsFile, 'utf8') : undefined;
   const stamp = fs.existsSync(stampFile) ? fs.readFileSync(stampFile, 'utf8') : undefined;
   const digest = (text) => crypto.createHash('sha256').update(text).digest('hex');
   const edited = current !== undefined && current.trim() !== '[]' && (!stamp || digest(current) !== stamp);
-  if (edited && !reset) return { flows: 'kept' };
+  if (edited && !reset) {
+    keepCredentialsEncrypted(credentialsFile, secret, fresh);
+    return { flows: 'kept' };
+  }
   const built = buildFlows(readExamples());
   const text = `${JSON.stringify(built, null, 2)}\n`;
   fs.writeFileSync(flowsFile, text);
-  fs.writeFileSync(credentialsFile, `${JSON.stringify(buildCredentials(built, services), null, 2)}\n`);
+  writeCredentials(credentialsFile, buildCredentials(built, services), secret);
   fs.writeFileSync(stampFile, digest(text));
   return { flows: 'examples', count: built.filter((node) => node.type === 'tab').length };
 }
 
-/** Starts dist/sandbox/cli.js and resolves with its address once it listens. */
-function startSandboxProcess({ generationKey, automationKey, workflows = 42, port = 0 } = {}) {
-  const args = [
-    path.join(root, 'dist', 'sandbox', 'cli.js'),
-    '--port',
-    String(port),
-    '--workflows',
-    String(workflows),
-  ];
+/**
+ * The credentials of flows kept from an earlier start: a plain-text file (written before npm start encrypted
+ * it, keys typed in the editor included) is encrypted in place; one encrypted with a secret that is gone
+ * cannot be read, which is said rather than left to Node-RED's "Failed to decrypt credentials".
+ */
+function keepCredentialsEncrypted(file, secret, freshSecret) {
+  if (!fs.existsSync(file)) return;
+  const credentials = JSON.parse(fs.readFileSync(file, 'utf8'));
+  if (!isEncrypted(credentials)) {
+    writeCredentials(file, credentials, secret);
+    return;
+  }
+  if (freshSecret) {
+    throw new Error(
+      `${file} is encrypted with a secret that is no longer in ${path.dirname(file)}/${SECRET_FILE}: ` +
+        'run npm start -- --reset to deploy the examples again (keys typed in the editor must be typed again)',
+    );
+  }
+}
+
+/** The most of the sandbox's output kept to say why it did not start. */
+const EARLY_OUTPUT_CHARS = 64 * 1024;
+
+/**
+ * Starts dist/sandbox/cli.js (or `script`, which must print the same `listening at <url>` line) and resolves
+ * with its address once it listens. Until then its output is kept (the last 64 KiB) for the error that says
+ * why it did not start; from then on its stderr goes to `errorOutput` and nothing of it is kept.
+ */
+function startSandboxProcess({
+  generationKey,
+  automationKey,
+  workflows = 42,
+  port = 0,
+  script = path.join(root, 'dist', 'sandbox', 'cli.js'),
+  errorOutput = process.stderr,
+} = {}) {
+  const args = [script, '--port', String(port), '--workflows', String(workflows)];
   // Keys through the environment, not the command line: `ps` shows every process's arguments.
   const env = {
     ...process.env,
@@ -309,21 +392,28 @@ function startSandboxProcess({ generationKey, automationKey, workflows = 42, por
   const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   return new Promise((resolve, reject) => {
     let output = '';
+    const keep = (data) => {
+      output = (output + data).slice(-EARLY_OUTPUT_CHARS);
+    };
+    const onExit = (code) =>
+      reject(new Error(`the sandbox stopped (exit ${code}) before it listened:\n${output}`));
     const onData = (data) => {
-      output += data;
+      keep(data);
       const match = /listening at (http:\/\/\S+)/.exec(output);
       if (match) {
         child.stdout.off('data', onData);
+        child.stderr.off('data', keep);
+        child.off('exit', onExit);
+        output = '';
         child.stdout.resume();
+        child.stderr.pipe(errorOutput, { end: false });
         resolve({ child, url: match[1] });
       }
     };
     child.stdout.on('data', onData);
-    child.stderr.on('data', (data) => (output += data));
+    child.stderr.on('data', keep);
     child.on('error', reject);
-    child.on('exit', (code) =>
-      reject(new Error(`the sandbox stopped (exit ${code}) before it listened:\n${output}`)),
-    );
+    child.on('exit', onExit);
   });
 }
 
@@ -519,6 +609,7 @@ async function startEverything({ services, children, port, userDir, reset, isSto
 module.exports = {
   buildFlows,
   buildCredentials,
+  decryptCredentials,
   readExamples,
   prepareUserDir,
   ensureDashboard,

@@ -150,7 +150,7 @@ describe('automation-config', () => {
       }
     });
 
-    it('tests deployed ${VAR} settings as the deploy resolved them, and a typed ${VAR} key', async () => {
+    it('tests deployed ${VAR} settings with a stored ${VAR} key as the deploy resolved them', async () => {
       process.env.TEST_AUTOMATION_PORT = String(sandbox.server.port);
       process.env.TEST_AUTOMATION_KEY = KEY;
       try {
@@ -158,14 +158,11 @@ describe('automation-config', () => {
         await helper.load(
           [configNode, listNode, catchNode],
           flow(sandbox, {}, { port: '${TEST_AUTOMATION_PORT}' }),
-          credentials,
+          {
+            cfg: { apiKey: '${TEST_AUTOMATION_KEY}' },
+          },
         );
-        const { body } = await test({
-          ...settings(),
-          id: 'cfg',
-          port: '${TEST_AUTOMATION_PORT}',
-          apiKey: '${TEST_AUTOMATION_KEY}',
-        });
+        const { body } = await test({ ...settings(), id: 'cfg', port: '${TEST_AUTOMATION_PORT}' });
         assert.equal(body.ok, true, body.message);
         assert.equal(listRequests(sandbox)[0].headers['x-automation-api-key'], KEY);
         // Typed settings with a reference are not read from the environment.
@@ -175,6 +172,22 @@ describe('automation-config', () => {
       } finally {
         delete process.env.TEST_AUTOMATION_PORT;
         delete process.env.TEST_AUTOMATION_KEY;
+      }
+    });
+
+    it('never reads the server environment into a typed key, toward typed or deployed settings', async () => {
+      process.env.TEST_AUTOMATION_SECRET = 'environment-secret';
+      try {
+        sandbox.counters.reset();
+        for (const typed of [settings(), { ...settings(), host: 'localhost' }]) {
+          const { body } = await test({ ...typed, id: 'cfg', apiKey: '${TEST_AUTOMATION_SECRET}' });
+          assert.equal(body.ok, false);
+          assert.match(body.message, /the key name an environment variable .*deploy the config node first/);
+          assert.doesNotMatch(JSON.stringify(body), /environment-secret/);
+        }
+        assert.deepEqual(sandbox.counters.requests, []);
+      } finally {
+        delete process.env.TEST_AUTOMATION_SECRET;
       }
     });
 

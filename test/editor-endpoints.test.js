@@ -1,14 +1,15 @@
 'use strict';
-// The submit dialog's endpoints on the config node: the server's node definitions (cached per config node,
-// address and key; a refresh reads them again) and the conversion of UI-format workflows. Real Node-RED
-// runtime (test helper) and the sandbox over HTTP; the key never comes back, an unreachable server is a
-// sentence.
+// The submit dialog's endpoints on the config node: the server's node definitions (a deployed node's shared
+// with its connection, typed settings' cached per config node, address and key; a refresh reads them again at
+// most once per 10 s) and the conversion of UI-format workflows (write permission). Real Node-RED runtime
+// (test helper) and the sandbox over HTTP; the key never comes back, an unreachable server is a sentence.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { API_KEY, PARTNER_KEY, flowWith } = require('./gen-helpers');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');
+const { DIALOG_DEFINITIONS } = require('../dist/generation/workflows/definitions-cache');
 const queueNode = require('../dist/nodes/graph-gen-queue.js');
 
 // The permissions a request was asked for, and the ones the (pretend) user has.
@@ -32,6 +33,11 @@ const convert = (body) => helper.request().post('/graph-gen/graph-gen-config/con
 
 /** A UI-format workflow as the graph editor saves it: a checkpoint loader wired into a titled prompt. */
 const UI_WORKFLOW = require('./fixtures/ui/checkpoint-prompt.json');
+
+const DIALOG_DEFAULTS = { ...DIALOG_DEFINITIONS };
+/** Lets every refresh read (for tests about what a refresh reads, not how often). */
+const refreshAlwaysReads = () => (DIALOG_DEFINITIONS.refreshLimitMs = 0);
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('submit dialog endpoints (node definitions, UI-format conversion)', () => {
   let cloud;
@@ -60,7 +66,10 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     asked.length = 0;
     granted = new Set(['graph-gen-config.read', 'graph-gen-config.write']);
   });
-  afterEach(async () => helper.unload());
+  afterEach(async () => {
+    Object.assign(DIALOG_DEFINITIONS, DIALOG_DEFAULTS);
+    await helper.unload();
+  });
 
   it('answers a deployed node the value inputs of every node type, read with its stored key', async () => {
     await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
@@ -86,6 +95,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
   });
 
   it('keeps the definitions per config node until a refresh reads them again', async () => {
+    refreshAlwaysReads();
     await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
     remember(await definitions({ id: 'c', baseUrl: cloud.url }));
     remember(await definitions({ id: 'c', baseUrl: cloud.url }));
@@ -136,6 +146,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
   });
 
   it('sends a stored key only for the deployed node, toward the address it was deployed with', async () => {
+    refreshAlwaysReads();
     const rogue = await startSandbox();
     try {
       await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
@@ -230,7 +241,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
       _meta: { title: 'Positive prompt' },
     });
     assert.equal(objectInfoReads(cloud), 1, 'the conversion read the definitions again');
-    assert.deepEqual(asked, ['graph-gen-config.read', 'graph-gen-config.read']);
+    assert.deepEqual(asked, ['graph-gen-config.read', 'graph-gen-config.write']);
   });
 
   it('refuses to convert what is not a UI-format workflow or names a node type the server lacks, in words', async () => {
@@ -251,6 +262,138 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     const unreachable = remember(await convert({ baseUrl: address, apiKey: API_KEY, workflow: UI_WORKFLOW }));
     assert.equal(unreachable.body.code, 'network');
     assert.match(unreachable.body.message, /could not be reached/);
+  });
+  it("reads a server's definitions on refresh at most once per 10 s, whoever asks (a read-only user too)", async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    granted = new Set(['graph-gen-config.read']);
+    for (let press = 0; press < 5; press++) {
+      const answer = remember(await definitions({ id: 'c', baseUrl: cloud.url, refresh: true }));
+      assert.equal(answer.body.ok, true, answer.body.message);
+    }
+    assert.equal(objectInfoReads(cloud), 1, 'each Refresh downloaded object_info again');
+    // Typed settings (write permission) are held apart, with the same limit.
+    granted = new Set(['graph-gen-config.read', 'graph-gen-config.write']);
+    for (let press = 0; press < 3; press++) {
+      remember(await definitions({ id: 'c', baseUrl: cloud.url, apiKey: API_KEY, refresh: true }));
+    }
+    assert.equal(objectInfoReads(cloud), 2);
+    // Once the last read is older than the limit, a refresh reads again.
+    DIALOG_DEFINITIONS.refreshLimitMs = 30;
+    await pause(50);
+    remember(await definitions({ id: 'c', baseUrl: cloud.url, refresh: true }));
+    remember(await definitions({ id: 'c', baseUrl: cloud.url, apiKey: API_KEY, refresh: true }));
+    assert.equal(objectInfoReads(cloud), 4);
+  });
+
+  it('answers a deployed node with the definitions its connection holds, read again once 10 minutes old', async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    const { connection } = helper.getNode('c');
+    // What the submit nodes read is what the dialog shows: no second download, no second copy.
+    const held = await connection.rest.nodeDefinitions();
+    assert.equal(objectInfoReads(cloud), 1);
+    const answer = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+    assert.equal(answer.body.ok, true, answer.body.message);
+    assert.deepEqual(Object.keys(answer.body.definitions).sort(), Object.keys(held).sort());
+    assert.equal(objectInfoReads(cloud), 1, 'the dialog downloaded what the connection holds');
+    // The server gains a model; once the held copy is older than the dialog's limit, the dialog reads it
+    // again, and the submit nodes get the new copy too.
+    cloud.generation.definitions.CheckpointLoaderSimple.input.required.ckpt_name[0].push('later.safetensors');
+    try {
+      DIALOG_DEFINITIONS.maxAgeMs = 30;
+      await pause(50);
+      const later = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+      assert.equal(objectInfoReads(cloud), 2);
+      assert.ok(
+        later.body.definitions.CheckpointLoaderSimple.inputs[0].options.includes('later.safetensors'),
+      );
+      const shared = await connection.rest.nodeDefinitions();
+      assert.ok(shared.CheckpointLoaderSimple.input.required.ckpt_name[0].includes('later.safetensors'));
+      assert.equal(objectInfoReads(cloud), 2);
+    } finally {
+      cloud.generation.definitions.CheckpointLoaderSimple.input.required.ckpt_name[0].pop();
+    }
+    // A deployed server that refuses its key is a sentence, as for typed settings.
+    await helper.unload();
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }), { apiKey: `${API_KEY}-old` });
+    const refused = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+    assert.equal(refused.body.code, 'unauthorized');
+    assert.match(refused.body.message, /refused the API key, so its node definitions cannot be shown/);
+  });
+
+  it("stops waiting for a deployed node's slow server with a sentence, and answers what the read brings later", async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    DIALOG_DEFINITIONS.waitMs = 100;
+    cloud.faults.add({ path: '/api/object_info', delayMs: 600 });
+    try {
+      const slow = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+      assert.equal(slow.body.ok, false);
+      assert.equal(slow.body.code, 'network');
+      assert.match(
+        slow.body.message,
+        /did not send its node definitions within \d+ s, so they cannot be shown yet/,
+      );
+      // The read went on; once it is in, the dialog answers it without another download.
+      await pause(800);
+      const later = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
+      assert.equal(later.body.ok, true, later.body.message);
+      assert.equal(objectInfoReads(cloud), 1);
+    } finally {
+      cloud.faults.clear();
+    }
+  });
+
+  it('never reads the server environment into a typed key: it asks to deploy first', async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    process.env.EDITOR_TEST_SECRET = 'environment-secret';
+    try {
+      for (const body of [
+        { id: 'c', baseUrl: cloud.url, apiKey: '${EDITOR_TEST_SECRET}', workflow: UI_WORKFLOW },
+        { baseUrl: cloud.url, apiKey: '${EDITOR_TEST_SECRET}', workflow: UI_WORKFLOW },
+      ]) {
+        for (const ask of [definitions, convert]) {
+          const answer = remember(await ask(body));
+          assert.equal(answer.body.ok, false);
+          assert.equal(answer.body.code, 'invalid_input');
+          assert.match(answer.body.message, /deploy the config node first/);
+          assert.doesNotMatch(JSON.stringify(answer.body), /environment-secret/);
+        }
+      }
+      assert.deepEqual(cloud.counters.requests, []);
+    } finally {
+      delete process.env.EDITOR_TEST_SECRET;
+    }
+  });
+
+  it('converts only for users who may change config nodes, and refuses a pathological workflow in words', async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    granted = new Set(['graph-gen-config.read']);
+    const readOnly = await convert({ id: 'c', baseUrl: cloud.url, workflow: UI_WORKFLOW });
+    assert.equal(readOnly.status, 401);
+    assert.equal(objectInfoReads(cloud), 0);
+    granted = new Set(['graph-gen-config.read', 'graph-gen-config.write']);
+    // As on a real server, the prompt's text asks for dynamic prompts.
+    const { text } = cloud.generation.definitions.CLIPTextEncode.input.required;
+    text[1].dynamicPrompts = true;
+    try {
+      // 16,000 nested {a|...} groups in a prompt (once a stack overflow, and seconds of CPU before it).
+      const deep = structuredClone(UI_WORKFLOW);
+      const prompt = deep.nodes.find((node) => node.type === 'CLIPTextEncode');
+      prompt.widgets_values = [`${'{a|'.repeat(16_000)}b${'}'.repeat(16_000)}`];
+      const refused = remember(await convert({ id: 'c', baseUrl: cloud.url, workflow: deep }));
+      assert.equal(refused.body.ok, false);
+      assert.equal(refused.body.code, 'invalid_input');
+      assert.match(
+        refused.body.message,
+        new RegExp(
+          `input "text" of node "${prompt.id}" \\(.*CLIPTextEncode\\): the dynamic prompt nests .* more than 64 deep`,
+        ),
+      );
+      // The runtime goes on answering.
+      const converted = remember(await convert({ id: 'c', baseUrl: cloud.url, workflow: UI_WORKFLOW }));
+      assert.equal(converted.body.ok, true, converted.body.message);
+    } finally {
+      delete text[1].dynamicPrompts;
+    }
   });
 });
 
@@ -286,5 +429,34 @@ describe('DefinitionsCache', () => {
     await assert.rejects(cache.get(source(3)), /down/);
     await assert.rejects(cache.get(source(3)), /down/);
     assert.equal(reads.length, 7, 'a failed read was kept');
+    // Entries past their time are dropped, asked for or not.
+    assert.equal(cache.size, 2);
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    assert.equal(cache.size, 0, 'definitions were kept in memory past their time');
+  });
+
+  it('reads again on refresh only once the entry is older than the refresh limit', async () => {
+    let reads = 0;
+    const cache = new DefinitionsCache(
+      async () => {
+        reads++;
+        return { Node: { input: {} } };
+      },
+      60_000,
+      8,
+      40,
+    );
+    const source = { configId: 'c', baseUrl: 'http://127.0.0.1:1', apiKey: 'k' };
+    await cache.get(source);
+    await cache.get(source, true);
+    await cache.get(source, true);
+    assert.equal(reads, 1, 'a refresh right after a read read again');
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    await cache.get(source);
+    assert.equal(reads, 1, 'the entry was read again before its time');
+    await cache.get(source, true);
+    assert.equal(reads, 2);
+    cache.clear();
+    assert.equal(cache.size, 0);
   });
 });

@@ -28,6 +28,7 @@ const NODES = [
   require('../dist/nodes/automation-list-workflows.js'),
   coreNode('common/20-inject.js'),
   coreNode('common/90-comment.js'),
+  coreNode('function/10-function.js'),
   coreNode('function/10-switch.js'),
   coreNode('function/15-change.js'),
   coreNode('storage/10-file.js'),
@@ -63,6 +64,35 @@ function prepare(name, dir) {
     return node;
   });
   return { nodes, credentials };
+}
+
+/**
+ * The dashboard example (08) without the dashboard: its widgets become helper nodes (same id and name) and its
+ * ui-base, pages, groups and theme go; what a browser would send is given to the node a widget feeds.
+ */
+function prepareWithoutDashboard(name, dir) {
+  const prepared = prepare(name, dir);
+  prepared.nodes = prepared.nodes
+    .filter((node) => !node.type.startsWith('ui-') || node.z)
+    .map((node) =>
+      node.type.startsWith('ui-') ? { id: node.id, z: node.z, type: 'helper', name: node.name } : node,
+    );
+  return prepared;
+}
+
+/** Resolves with the first msg a helper node receives that `accept` takes (or fails after `ms`). */
+function firstMessage(node, accept, ms = 8000) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`"${node.name}" got no such message within ${ms} ms`)),
+      ms,
+    );
+    node.on('input', (msg) => {
+      if (!accept(msg)) return;
+      clearTimeout(timer);
+      resolve(msg);
+    });
+  });
 }
 
 function byName(nodes, type, name) {
@@ -337,5 +367,50 @@ describe('examples: every example flow runs against the sandbox', function () {
     const more = silent(byName(nodes, 'helper', 'page'));
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.deepStrictEqual(more, [], 'the loop did not stop after the last page');
+  });
+  it('08-prompt-to-picture-page: the queue list cancels a job it shows or refreshes, and nothing else a browser sends', async () => {
+    const { nodes, credentials } = prepareWithoutDashboard('08-prompt-to-picture-page', dir);
+    await helper.load(NODES, nodes, credentials);
+    const queue = byName(nodes, 'helper', 'queue');
+    // Where the queue list's buttons send to (whatever node the example has there).
+    const buttons = helper.getNode(nodes.find((node) => node.name === 'cancel or refresh').id);
+    const listing = (accept) => orNodeErrors(firstMessage(queue, (msg) => accept(msg.payload)));
+
+    sandbox.events.options.autoRun = false; // held in the queue, as on a busy server
+    const shown = listing((rows) => rows.some((row) => row.prompt === 'a held job'));
+    byName(nodes, 'function', 'form to msg.inputs').receive({
+      payload: { prompt: 'a held job', negative: '', size: '99999x99999', newSeed: true },
+    });
+    const [held] = (await shown).payload.filter((row) => row.prompt === 'a held job');
+    assert.strictEqual(held.state, 'waiting');
+    const job = sandbox.jobs.jobs.get(held.id);
+    // Only the form's sizes: anything else a browser sends is the first one.
+    assert.deepStrictEqual([job.prompt['5'].inputs.width, job.prompt['5'].inputs.height], [1024, 1024]);
+
+    const interruptsBefore = sandbox.counters.count('/api/interrupt', 'POST');
+    const cancelsBefore = sandbox.counters.count('/api/queue', 'POST');
+    const interrupts = () => sandbox.counters.count('/api/interrupt', 'POST') - interruptsBefore;
+    const cancels = () => sandbox.counters.count('/api/queue', 'POST') - cancelsBefore;
+    // What a visitor could send from the page's socket: other actions, other ids, ids in bulk.
+    for (const msg of [
+      { topic: 'refresh', action: 'interrupt' },
+      { action: 'interrupt' },
+      { prompt_id: 'a-job-the-list-does-not-show' },
+      { prompt_id: [held.id] },
+    ]) {
+      const refreshed = listing((rows) => rows.some((row) => row.id === held.id));
+      buttons.receive(msg);
+      buttons.receive({ topic: 'refresh' });
+      await refreshed;
+    }
+    assert.strictEqual(interrupts(), 0, 'a browser interrupted the service');
+    assert.strictEqual(cancels(), 0, 'a browser cancelled a job the list does not show');
+    // The cancel button of a listed job: that job cancelled, and only that, whatever else the msg says.
+    const gone = listing((rows) => !rows.some((row) => row.id === held.id));
+    buttons.receive({ prompt_id: held.id, action: 'interrupt' });
+    await gone;
+    assert.strictEqual(sandbox.jobs.jobs.get(held.id).state, 'cancelled');
+    assert.strictEqual(cancels(), 1);
+    assert.strictEqual(interrupts(), 0);
   });
 });

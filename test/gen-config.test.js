@@ -106,17 +106,45 @@ describe('graph-gen-config', () => {
       assert.match(bad.body.message, /not an http\(s\) address/);
     });
 
-    it('tests a deployed ${VAR} address as the deploy resolved it, and a typed ${VAR} key as a deploy would', async () => {
+    it('tests a deployed ${VAR} address with its stored ${VAR} key as the deploy resolved them', async () => {
       process.env.GEN_TEST_URL = cloud.url;
       process.env.GEN_TEST_KEY = API_KEY;
       try {
-        await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: '${GEN_TEST_URL}' }), {});
-        const answer = await test({ id: 'c', baseUrl: '${GEN_TEST_URL}', apiKey: '${GEN_TEST_KEY}' });
+        await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: '${GEN_TEST_URL}' }), {
+          apiKey: '${GEN_TEST_KEY}',
+        });
+        const answer = await test({ id: 'c', baseUrl: '${GEN_TEST_URL}' });
         assert.equal(answer.body.ok, true, answer.body.message);
         assert.equal(cloud.counters.matching('/api/queue')[0].headers['x-api-key'], API_KEY);
       } finally {
         delete process.env.GEN_TEST_URL;
         delete process.env.GEN_TEST_KEY;
+      }
+    });
+
+    it('never reads the server environment into a typed key: it asks to deploy first and sends nothing', async () => {
+      const rogue = await startSandbox();
+      process.env.GEN_TEST_URL = cloud.url;
+      process.env.GEN_TEST_SECRET = 'environment-secret';
+      try {
+        await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: '${GEN_TEST_URL}' }), {});
+        // Toward a typed address, and toward the deployed one: only a deployed node resolves its variables.
+        for (const baseUrl of [rogue.url, '${GEN_TEST_URL}']) {
+          const answer = await test({ id: 'c', baseUrl, apiKey: '${GEN_TEST_SECRET}' });
+          assert.equal(answer.body.ok, false, baseUrl);
+          assert.equal(answer.body.code, 'invalid_input');
+          assert.match(
+            answer.body.message,
+            /the key name an environment variable .*deploy the config node first/,
+          );
+          assert.doesNotMatch(JSON.stringify(answer.body), /environment-secret/);
+        }
+        assert.deepEqual(rogue.counters.requests, []);
+        assert.deepEqual(cloud.counters.requests, []);
+      } finally {
+        delete process.env.GEN_TEST_URL;
+        delete process.env.GEN_TEST_SECRET;
+        await rogue.close();
       }
     });
 

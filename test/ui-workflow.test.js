@@ -8,11 +8,12 @@ const {
   displayNameOf,
   outputTypesOf,
 } = require('../dist/generation/workflows/node-definitions');
+const { convertUiWorkflow, isUiWorkflow } = require('../dist/generation/workflows/ui-workflow');
 const {
-  convertUiWorkflow,
-  isUiWorkflow,
   resolveDynamicPrompt,
-} = require('../dist/generation/workflows/ui-workflow');
+  MAX_DYNAMIC_PROMPT_CHARS,
+  MAX_DYNAMIC_PROMPT_DEPTH,
+} = require('../dist/generation/workflows/dynamic-prompt');
 
 describe('node definitions', () => {
   const specsOf = (classType) => inputSpecsOf(objectInfo[classType]);
@@ -417,5 +418,102 @@ describe('UI-format workflows', () => {
     assert.deepEqual(api['6'].inputs, { text: 'a blue fox', clip: ['4', 1] });
     assert.deepEqual(api['4'].inputs, { ckpt_name: 'model.safetensors' });
     assert.equal(api['6']._meta.title, 'CLIP Text Encode (Prompt)');
+  });
+  /** A checkpoint loader wired into a text encoder whose (dynamic-prompt) text is `text`. */
+  const promptWorkflow = (text) => ({
+    nodes: [
+      {
+        id: 4,
+        type: 'CheckpointLoaderSimple',
+        mode: 0,
+        outputs: [{}, { type: 'CLIP', links: [1] }, {}],
+        widgets_values: ['model.safetensors'],
+      },
+      {
+        id: 6,
+        type: 'CLIPTextEncode',
+        mode: 0,
+        inputs: [{ name: 'clip', type: 'CLIP', link: 1 }],
+        widgets_values: [text],
+      },
+    ],
+    links: [[1, 4, 1, 6, 0, 'CLIP']],
+  });
+
+  it('bounds dynamic prompts: groups nested past the limit or text past the limit are refused, not a stack overflow', () => {
+    const nested = (depth, option = 'x') => `${'{a|'.repeat(depth)}${option}${'}'.repeat(depth)}`;
+    // At the limit: resolved, the last option of every level chosen.
+    assert.equal(
+      resolveDynamicPrompt(nested(MAX_DYNAMIC_PROMPT_DEPTH), () => 0.99),
+      'x',
+    );
+    assert.equal(
+      resolveDynamicPrompt(nested(MAX_DYNAMIC_PROMPT_DEPTH), () => 0),
+      'a',
+    );
+    // Past it, however far past (16,000 levels overflowed the stack), a refusal that says what to do.
+    for (const depth of [MAX_DYNAMIC_PROMPT_DEPTH + 1, 20_000]) {
+      assert.throws(
+        () => resolveDynamicPrompt(nested(depth), () => 0.99),
+        (error) =>
+          error.code === 'invalid_input' &&
+          /nests \{…\|…\} groups more than 64 deep: write it with fewer levels/.test(error.message),
+      );
+    }
+    const unclosed = '{'.repeat(20_000);
+    assert.throws(
+      () => resolveDynamicPrompt(unclosed),
+      (error) => error.code === 'invalid_input',
+    );
+    assert.throws(
+      () => resolveDynamicPrompt('a'.repeat(MAX_DYNAMIC_PROMPT_CHARS + 1)),
+      (error) =>
+        error.code === 'invalid_input' && /characters long, more than the 262144/.test(error.message),
+    );
+    // Text just under the limit with a group every few characters and unclosed comment openers: a result.
+    const flat = '{red|blue} /* '.repeat(Math.floor(MAX_DYNAMIC_PROMPT_CHARS / 14));
+    assert.equal(
+      resolveDynamicPrompt(flat, () => 0),
+      'red /* '.repeat(Math.floor(MAX_DYNAMIC_PROMPT_CHARS / 14)),
+    );
+    // In a workflow, the refusal names the node and the input.
+    const message = refusalOf(promptWorkflow(nested(16_000)));
+    assert.match(message, /input "text" of node "6" \(CLIPTextEncode\): the dynamic prompt nests/);
+  });
+
+  it('follows a chain of thousands of Reroutes shared by many inputs, without a stack overflow', () => {
+    const ui = promptWorkflow('a fox');
+    const chain = 20_000;
+    ui.links = [];
+    let from = [4, 1];
+    for (let index = 0; index < chain; index++) {
+      const id = 1000 + index;
+      ui.links.push([id, from[0], from[1], id, 0, 'CLIP']);
+      ui.nodes.push({
+        id,
+        type: 'Reroute',
+        mode: 0,
+        inputs: [{ name: '', type: '*', link: id }],
+        outputs: [{}],
+      });
+      from = [id, 0];
+    }
+    const encoders = 2_000;
+    ui.nodes = ui.nodes.filter((node) => node.id !== 6);
+    for (let index = 0; index < encoders; index++) {
+      const id = 100_000 + index;
+      ui.links.push([id, from[0], from[1], id, 0, 'CLIP']);
+      ui.nodes.push({
+        id,
+        type: 'CLIPTextEncode',
+        mode: 0,
+        inputs: [{ name: 'clip', type: 'CLIP', link: id }],
+        widgets_values: ['a fox'],
+      });
+    }
+    const api = convert(ui);
+    assert.equal(Object.keys(api).length, encoders + 1);
+    assert.deepEqual(api['100000'].inputs.clip, ['4', 1]);
+    assert.deepEqual(api[String(100_000 + encoders - 1)].inputs.clip, ['4', 1]);
   });
 });

@@ -14,6 +14,7 @@ import {
 import { checkConnection } from '../generation/transfer/connection-check';
 import {
   DefinitionsCache,
+  connectionDefinitions,
   editorDefinitionsOf,
   type NodeDefinitions,
 } from '../generation/workflows/definitions-cache';
@@ -141,22 +142,29 @@ interface DialogRequest {
 
 /**
  * The submit dialog's endpoints: the server's node definitions (for the form) and the conversion of a
- * UI-format workflow (with those definitions). Reading a deployed node as saved needs
+ * UI-format workflow (with those definitions). Reading a deployed node's definitions as saved needs
  * `graph-gen-config.read`; typed settings or a typed key need `graph-gen-config.write`, as "test connection"
- * does. The key never goes back: answers carry definitions, a workflow or a sentence.
+ * does. Converting always needs `graph-gen-config.write`: it is CPU work on whatever the request carries.
+ * The key never goes back: answers carry definitions, a workflow or a sentence.
  */
 function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   const cache = new DefinitionsCache();
   /** Which settings and key a dialog's request names, worked out once per request (kept in res.locals). */
   const targetOf = (res: Response): ConnectionTestTarget<Partial<{ baseUrl: string }>> =>
     res.locals.target as ConnectionTestTarget<Partial<{ baseUrl: string }>>;
+  const nameTarget = (req: Request, res: Response, next: NextFunction) => {
+    res.locals.target = configTarget(RED, (req.body ?? {}) as DialogRequest, texts);
+    next();
+  };
   const readOrWrite = (req: Request, res: Response, next: NextFunction) => {
-    const target = configTarget(RED, (req.body ?? {}) as DialogRequest, texts);
-    res.locals.target = target;
-    RED.auth.needsPermission(`graph-gen-config.${target.asSaved ? 'read' : 'write'}`)(req, res, next);
+    RED.auth.needsPermission(`graph-gen-config.${targetOf(res).asSaved ? 'read' : 'write'}`)(req, res, next);
   };
 
-  /** The definitions the dialog's settings name, and the key they were read with (to keep it out of answers). */
+  /**
+   * The definitions the dialog's settings name, and the key they were read with (to keep it out of answers).
+   * A deployed node as saved answers with what its connection holds, so the dialog and the submit nodes
+   * share one copy and one limit on reads.
+   */
   async function definitionsFor(
     body: DialogRequest,
     target: ConnectionTestTarget<Partial<{ baseUrl: string }>>,
@@ -164,18 +172,17 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     if (target.refusal) throw invalidInput(target.refusal);
     const baseUrl = String(target.settings.baseUrl ?? '').trim();
     if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
+    const refresh = body.refresh === true;
     const deployed = target.asSaved
       ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
       : null;
-    const definitions = await cache.get(
-      {
-        configId: typeof body.id === 'string' ? body.id : '',
-        baseUrl,
-        apiKey: target.key,
-        maxBytes: deployed?.connection?.limits.listBytes,
-      },
-      body.refresh === true,
-    );
+    if (deployed?.settingsError) throw invalidInput(deployed.settingsError);
+    const definitions = deployed?.connection
+      ? await connectionDefinitions(deployed.connection, refresh)
+      : await cache.get(
+          { configId: typeof body.id === 'string' ? body.id : '', baseUrl, apiKey: target.key },
+          refresh,
+        );
     return { definitions, key: target.key };
   }
 
@@ -192,6 +199,7 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
 
   RED.httpAdmin.post(
     '/graph-gen/graph-gen-config/definitions',
+    nameTarget,
     readOrWrite,
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as DialogRequest;
@@ -202,19 +210,24 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     },
   );
 
-  RED.httpAdmin.post('/graph-gen/graph-gen-config/convert', readOrWrite, (req: Request, res: Response) => {
-    const body = (req.body ?? {}) as DialogRequest;
-    answer(res, async () => {
-      if (!isUiWorkflow(body.workflow)) {
-        throw invalidInput(texts('errors.not-ui'));
-      }
-      const { definitions, key } = await definitionsFor(body, targetOf(res));
-      const workflow = convertUiWorkflow(body.workflow, (classType) =>
-        Object.hasOwn(definitions, classType) ? definitions[classType] : undefined,
-      );
-      return { result: { workflow }, key };
-    });
-  });
+  RED.httpAdmin.post(
+    '/graph-gen/graph-gen-config/convert',
+    RED.auth.needsPermission('graph-gen-config.write'),
+    nameTarget,
+    (req: Request, res: Response) => {
+      const body = (req.body ?? {}) as DialogRequest;
+      answer(res, async () => {
+        if (!isUiWorkflow(body.workflow)) {
+          throw invalidInput(texts('errors.not-ui'));
+        }
+        const { definitions, key } = await definitionsFor(body, targetOf(res));
+        const workflow = convertUiWorkflow(body.workflow, (classType) =>
+          Object.hasOwn(definitions, classType) ? definitions[classType] : undefined,
+        );
+        return { result: { workflow }, key };
+      });
+    },
+  );
 }
 
 // The node's type lives beside the function Node-RED loads, so other node files can import it.

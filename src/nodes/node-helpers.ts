@@ -210,13 +210,16 @@ export interface ConnectionTestTarget<S> {
   asSaved: boolean;
 }
 
+/** `${VAR}` anywhere in a text: what a deploy reads from the environment, and only a deploy may. */
+const ENV_REFERENCE = /\$\{/;
+
 /**
  * What a dialog's "test connection" may use. The dialog sends the settings as typed, the key field and the
  * node's id. A stored key goes only to the address it was deployed with: it is used for a deployed node of
  * this very type whose saved settings are the ones sent, and then the deployed settings (with their
- * `${VAR}` references resolved, as the deploy did) are tested. Typed settings are tested as typed: the
- * server's environment is not read into an address of the editor's choosing. A typed key may be a
- * `${VAR}` reference, resolved as a deploy resolves it.
+ * `${VAR}` references resolved, as the deploy did) are tested. Typed settings are tested as typed. Only a
+ * deployed node resolves its variables: a typed address or a typed key written with `${...}` is refused, so
+ * the editor cannot make the runtime read its environment into an address, or send it as a key.
  */
 export function connectionTestTarget<S extends object>(
   RED: NodeAPI,
@@ -237,6 +240,10 @@ export function connectionTestTarget<S extends object>(
     fields.every((field) => text((saved as Record<string, unknown>)[field]) === text(body[field]));
   const typed =
     typeof body.apiKey === 'string' && body.apiKey !== UNCHANGED_PASSWORD ? body.apiKey : undefined;
+  const typedSettings = () => Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
+  if (typed !== undefined && ENV_REFERENCE.test(typed)) {
+    return { settings: typedSettings(), refusal: texts('errors.env-in-settings'), asSaved: false };
+  }
   if (asDeployed) {
     const settings = Object.fromEntries(
       fields.map((field) => {
@@ -245,14 +252,14 @@ export function connectionTestTarget<S extends object>(
       }),
     ) as Partial<S>;
     const stored = (RED.nodes.getCredentials(body.id as string) as { apiKey?: string } | undefined)?.apiKey;
-    const key = typed !== undefined ? typed : stored;
-    return { settings, key: resolveEnvReference(key) || undefined, asSaved: typed === undefined };
+    const key = typed !== undefined ? typed : resolveEnvReference(stored);
+    return { settings, key: key || undefined, asSaved: typed === undefined };
   }
-  const settings = Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
-  if (fields.some((field) => /\$\{/.test(text(body[field])))) {
+  const settings = typedSettings();
+  if (fields.some((field) => ENV_REFERENCE.test(text(body[field])))) {
     return { settings, refusal: texts('errors.env-in-settings'), asSaved: false };
   }
-  return { settings, key: resolveEnvReference(typed) || undefined, asSaved: false };
+  return { settings, key: typed || undefined, asSaved: false };
 }
 
 /** The connection of a generation node's config node, or a refusal that says to pick one. */

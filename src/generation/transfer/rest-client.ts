@@ -150,9 +150,18 @@ export class GenerationRestClient {
     private readonly listBytes = 64 * 1024 * 1024,
   ) {}
 
-  /** GET /api/object_info, cached until `refresh` or a lookup misses. */
-  async nodeDefinitions(refresh = false): Promise<Record<string, NodeTypeDefinition>> {
-    if (this.definitions && !refresh) return this.definitions;
+  /**
+   * GET /api/object_info, cached until `refresh` or a lookup misses. `{olderThanMs}` reads them again only
+   * when the cached copy is at least that old: the editor's dialogs share this copy and bound how often they
+   * make the server send it.
+   */
+  async nodeDefinitions(
+    refresh: boolean | { olderThanMs: number } = false,
+  ): Promise<Record<string, NodeTypeDefinition>> {
+    const stale =
+      refresh === true ||
+      (typeof refresh === 'object' && Date.now() - this.definitionsReadAt >= refresh.olderThanMs);
+    if (this.definitions && !stale) return this.definitions;
     this.definitionsLoading ??= this.http
       .json<Record<string, NodeTypeDefinition>>('/api/object_info', {
         action: 'reading the node definitions',

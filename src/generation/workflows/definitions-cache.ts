@@ -1,12 +1,16 @@
 /**
  * The node definitions the editor's dialogs show (the submit dialog's form, its dropdowns and the check of
- * values the server does not offer): read from a server's `GET /api/object_info`, kept for a while per
- * config node, address and key, and answered as sentences when they cannot be had. No Node-RED inside.
+ * values the server does not offer): read from a server's `GET /api/object_info`, and answered as sentences
+ * when they cannot be had. A deployed config node's are the ones its connection holds (shared with its
+ * submit nodes); settings typed in a dialog get a cache of their own, per config node, address and key.
+ * Either way they are read again after 10 minutes, and a Refresh reads them at most once per 10 s. No
+ * Node-RED inside.
  */
 import { createHash } from 'node:crypto';
 import { HttpClient } from '../../http/client';
 import { ServiceError } from '../../http/errors';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
+import type { GenerationConnection } from '../connection';
 import { GenerationRestClient } from '../transfer/rest-client';
 import type { NodeTypeDefinition } from './workflow';
 
@@ -29,8 +33,6 @@ export interface EditorDefinition {
 }
 
 const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
-/** A dialog waits this long at most: a server that does not answer gets a sentence, not a hung form. */
-const READ_TIMEOUT_MS = 30_000;
 
 /** The sentence a dialog shows when the definitions cannot be read, by error code. */
 function sentenceFor(error: ServiceError, host: string, hasKey: boolean): string {
@@ -45,6 +47,58 @@ function sentenceFor(error: ServiceError, host: string, hasKey: boolean): string
       return error.message;
     default:
       return `${host} did not give its node definitions (${error.message}).`;
+  }
+}
+
+/** How old the definitions a dialog shows may get, how often a Refresh may read them, how long a dialog waits. */
+export const DIALOG_DEFINITIONS = {
+  maxAgeMs: 10 * 60_000,
+  /** Anyone who may open a dialog may press Refresh: each read is a download of megabytes for the server. */
+  refreshLimitMs: 10_000,
+  /** A server that does not answer gets a sentence, not a hung form. */
+  waitMs: 30_000,
+};
+
+/** A failed read as a ServiceError of the same code whose message is the sentence a dialog shows. */
+function definitionsFailure(error: unknown, host: string, hasKey: boolean, redact: (text: string) => string) {
+  const serviceError =
+    error instanceof ServiceError ? error : new ServiceError('network', redact(String(error)));
+  return new ServiceError(serviceError.code, sentenceFor(serviceError, host, hasKey));
+}
+
+/**
+ * The definitions a deployed config node's connection holds (what its submit nodes read): shared, not
+ * copied. Read again when older than `DIALOG_DEFINITIONS.maxAgeMs`, or on `refresh` when older than
+ * `DIALOG_DEFINITIONS.refreshLimitMs`.
+ */
+export async function connectionDefinitions(
+  connection: GenerationConnection,
+  refresh: boolean,
+): Promise<NodeDefinitions> {
+  const { baseUrl, apiKey } = connection.settings;
+  const host = new URL(baseUrl).host;
+  const waited = Math.round(DIALOG_DEFINITIONS.waitMs / 1000);
+  const tooLate = new ServiceError(
+    'network',
+    `${host} did not send its node definitions within ${waited} s, so they cannot be shown yet: check that the service is running, then refresh.`,
+  );
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      connection.rest.nodeDefinitions({
+        olderThanMs: refresh ? DIALOG_DEFINITIONS.refreshLimitMs : DIALOG_DEFINITIONS.maxAgeMs,
+      }),
+      // The connection's own timeouts and retries are for flows; the dialog stops waiting sooner (the read
+      // goes on, for the next dialog and the submit nodes).
+      new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => reject(tooLate), DIALOG_DEFINITIONS.waitMs);
+      }),
+    ]);
+  } catch (error) {
+    if (error === tooLate) throw error;
+    throw definitionsFailure(error, host, !!apiKey, (text) => connection.http.redact(text));
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -67,16 +121,14 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
     serviceName: 'the generation service',
     // A person is waiting at the dialog: one quick retry at most, then the sentence.
     retry: { attempts: 2, baseDelayMs: 200, maxDelayMs: 500 },
-    timeoutMs: READ_TIMEOUT_MS,
-    totalTimeoutMs: READ_TIMEOUT_MS,
+    timeoutMs: DIALOG_DEFINITIONS.waitMs,
+    totalTimeoutMs: DIALOG_DEFINITIONS.waitMs,
   });
   try {
     const rest = new GenerationRestClient(http, undefined, source.maxBytes ?? DEFAULT_MAX_BYTES);
     return await rest.nodeDefinitions();
   } catch (error) {
-    const serviceError =
-      error instanceof ServiceError ? error : new ServiceError('network', http.redact(String(error)));
-    throw new ServiceError(serviceError.code, sentenceFor(serviceError, address.host, !!source.apiKey));
+    throw definitionsFailure(error, address.host, !!source.apiKey, (text) => http.redact(text));
   } finally {
     await http.close();
   }
@@ -97,12 +149,16 @@ export function editorDefinitionsOf(definitions: NodeDefinitions): Record<string
 interface Entry {
   definitions: NodeDefinitions;
   readAt: number;
+  /** Drops the entry once it is too old to be answered: no megabytes kept for a dialog long closed. */
+  expiry: NodeJS.Timeout;
 }
 
 /**
  * Definitions per config node, address and key (the key only as a hash: a changed key is another entry, and
- * no key is held here), kept for `ttlMs` or until a refresh; at most `maxEntries` servers are kept, the
- * least recently used making room. Dialogs that ask at once share one read.
+ * no key is held here), for settings typed in a dialog. An entry is answered for `ttlMs` and then dropped; a
+ * refresh reads it again only when it is at least `refreshLimitMs` old; at most `maxEntries` servers are
+ * kept, the least recently used making room. Dialogs that ask at once share one read. Left out, the times
+ * are DIALOG_DEFINITIONS' at the moment of asking.
  */
 export class DefinitionsCache {
   private readonly entries = new Map<string, Entry>();
@@ -110,9 +166,15 @@ export class DefinitionsCache {
 
   constructor(
     private readonly read: (source: DefinitionsSource) => Promise<NodeDefinitions> = readNodeDefinitions,
-    private readonly ttlMs = 10 * 60_000,
+    private readonly ttlMs?: number,
     private readonly maxEntries = 8,
+    private readonly refreshLimitMs?: number,
   ) {}
+
+  /** How many servers' definitions are held. */
+  get size(): number {
+    return this.entries.size;
+  }
 
   private keyOf(source: DefinitionsSource): string {
     const keyHash = createHash('sha256')
@@ -121,11 +183,20 @@ export class DefinitionsCache {
     return JSON.stringify([source.configId, source.baseUrl.trim(), keyHash]);
   }
 
-  /** The definitions of a source: cached ones unless stale or `refresh`; a failed read is not kept. */
+  private forget(key: string): void {
+    const entry = this.entries.get(key);
+    if (!entry) return;
+    clearTimeout(entry.expiry);
+    this.entries.delete(key);
+  }
+
+  /** The definitions of a source: cached ones unless stale or a `refresh` that may read; a failed read is not kept. */
   async get(source: DefinitionsSource, refresh = false): Promise<NodeDefinitions> {
     const key = this.keyOf(source);
     const cached = this.entries.get(key);
-    if (cached && !refresh && Date.now() - cached.readAt < this.ttlMs) {
+    const ttlMs = this.ttlMs ?? DIALOG_DEFINITIONS.maxAgeMs;
+    const keepFor = refresh ? (this.refreshLimitMs ?? DIALOG_DEFINITIONS.refreshLimitMs) : ttlMs;
+    if (cached && Date.now() - cached.readAt < Math.min(keepFor, ttlMs)) {
       this.entries.delete(key);
       this.entries.set(key, cached);
       return cached.definitions;
@@ -134,12 +205,14 @@ export class DefinitionsCache {
     if (!pending) {
       pending = this.read(source)
         .then((definitions) => {
-          const entry = { definitions, readAt: Date.now() };
-          this.entries.delete(key);
+          this.forget(key);
+          const expiry = setTimeout(() => {
+            if (this.entries.get(key) === entry) this.entries.delete(key);
+          }, ttlMs);
+          expiry.unref();
+          const entry: Entry = { definitions, readAt: Date.now(), expiry };
           this.entries.set(key, entry);
-          while (this.entries.size > this.maxEntries) {
-            this.entries.delete(this.entries.keys().next().value as string);
-          }
+          while (this.entries.size > this.maxEntries) this.forget(this.entries.keys().next().value as string);
           return entry;
         })
         .finally(() => this.reading.delete(key));
@@ -150,6 +223,6 @@ export class DefinitionsCache {
 
   /** Forgets everything (the runtime is stopping). */
   clear(): void {
-    this.entries.clear();
+    for (const key of [...this.entries.keys()]) this.forget(key);
   }
 }

@@ -3,8 +3,11 @@
  * (node id -> {class_type, inputs, _meta}) with the server's node definitions, the way the graph editor's own
  * "Export (API)" and queueing do it (ComfyUI frontend 1.35, shipped with ComfyUI v0.8.0: graphToPrompt and
  * ExecutableNodeDTO). What cannot be converted is refused with a sentence naming the node. Pure, no I/O.
+ * Past 400 lines: one algorithm (widget values, links through Reroutes, PrimitiveNodes and bypassed nodes)
+ * whose steps share the workflow's node and link maps; dynamic prompts live in dynamic-prompt.ts.
  */
 import { invalidInput } from '../../http/errors';
+import { resolveDynamicPrompt } from './dynamic-prompt';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { Workflow, WorkflowNode } from './workflow';
 
@@ -56,6 +59,9 @@ type Source =
   | { kind: 'value'; value: unknown }
   | { kind: 'muted'; nodeId: string }
   | { kind: 'nothing'; why: string };
+
+/** One hop back along a link: where it ends, or the next link to follow. */
+type Step = Source | { kind: 'follow'; linkId: string; type: string };
 
 export interface ConvertOptions {
   /** Chooses among `{a|b}` options of dynamic-prompt text (Math.random by default, as the editor does). */
@@ -222,47 +228,6 @@ function widgetValuesOf(node: UiNode, definition: unknown, specs: InputSpec[]): 
   return values;
 }
 
-/**
- * Dynamic-prompt text as the editor sends it: C-style comments removed, each `{a|b|c}` group replaced by one of
- * its options (nested groups allowed), `\{`, `\}` and `\|` kept as the plain characters.
- */
-export function resolveDynamicPrompt(text: string, random: () => number = Math.random): string {
-  const source = text.replace(/\/\*[\s\S]*?\*\/|\/\/.*/g, '');
-  let at = 0;
-  const readGroup = (): string => {
-    const options: string[] = [];
-    let option = '';
-    let depth = 0;
-    while (at < source.length) {
-      const char = source[at++];
-      if (char === '\\') {
-        option += `\\${source[at++] ?? ''}`;
-        continue;
-      }
-      if (char === '{') depth++;
-      else if (char === '}') {
-        if (depth === 0) break;
-        depth--;
-      } else if (char === '|' && depth === 0) {
-        options.push(option);
-        option = '';
-        continue;
-      }
-      option += char;
-    }
-    options.push(option);
-    return resolveDynamicPrompt(options[Math.floor(random() * options.length)] ?? '', random);
-  };
-  let result = '';
-  while (at < source.length) {
-    const char = source[at++];
-    if (char === '\\') result += `\\${source[at++] ?? ''}`;
-    else if (char === '{') result += readGroup();
-    else result += char;
-  }
-  return result.replace(/\\([{}|])/g, '$1');
-}
-
 /** LiteGraph's type check: `*` and empty match anything; `A,B` lists match when they share a type. */
 function typesConnect(a: string, b: string): boolean {
   const anyType = (type: string) => type === '' || type === '*' || type === '0';
@@ -371,13 +336,11 @@ export function convertUiWorkflow(
     return [...live, ...node.inputs.filter((input) => !known.has(input.name))];
   };
 
-  const resolveLink = (linkId: string, type: string, visited: Set<string>): Source => {
-    const link = links.get(linkId);
-    if (!link) return { kind: 'nothing', why: `its link ${linkId} is not in the workflow's links` };
-    return resolveOutput(link.originId, link.originSlot, type, visited);
-  };
-
-  const resolveOutput = (nodeId: string, slot: number, type: string, visited: Set<string>): Source => {
+  /**
+   * One hop back along a link from the output `slot` of `nodeId`: where it ends, or the link to follow next
+   * (through a Reroute, or the input a bypassed node passes on). `visited` holds the outputs passed so far.
+   */
+  const stepBack = (nodeId: string, slot: number, type: string, visited: Set<string>): Step => {
     const origin = nodes.get(nodeId);
     if (!origin)
       return { kind: 'nothing', why: `it links to node "${nodeId}", which is not in the workflow` };
@@ -396,7 +359,7 @@ export function convertUiWorkflow(
       // A Reroute passes its one input on whatever its mode (the editor ignores it there too).
       const input = origin.inputs[0];
       return input?.link !== undefined
-        ? resolveLink(input.link, type, visited)
+        ? { kind: 'follow', linkId: input.link, type }
         : { kind: 'nothing', why: `${describeNode(origin)} has nothing connected to it` };
     }
     if (origin.mode === MODE_BYPASSED) {
@@ -416,11 +379,41 @@ export function convertUiWorkflow(
           why: `it comes from bypassed ${describeNode(origin)}, whose input "${input.name}" is not connected`,
         };
       }
-      return resolveLink(input.link, input.type, visited);
+      return { kind: 'follow', linkId: input.link, type: input.type };
     }
     if (origin.mode === MODE_MUTED) return { kind: 'muted', nodeId };
     if (NOTE_TYPES.has(origin.type)) return { kind: 'nothing', why: `it links to ${describeNode(origin)}` };
     return { kind: 'output', nodeId, slot };
+  };
+
+  /**
+   * Where a link leads for an input of `type`, through any number of Reroutes and bypassed nodes: followed in
+   * a loop (a chain of thousands must not overflow the stack), and each link's answer kept, so inputs that
+   * share a long chain walk it once (else the work grows with inputs times chain length).
+   */
+  const followed = new Map<string, Source>();
+  const resolveLink = (firstLinkId: string, firstType: string): Source => {
+    const walked: string[] = [];
+    const visited = new Set<string>();
+    let linkId = firstLinkId;
+    let type = firstType;
+    let source: Source | undefined;
+    while (!source) {
+      const key = `${linkId}\u0000${type}`;
+      source = followed.get(key);
+      if (source) break;
+      walked.push(key);
+      const link = links.get(linkId);
+      if (!link) {
+        source = { kind: 'nothing', why: `its link ${linkId} is not in the workflow's links` };
+        break;
+      }
+      const step = stepBack(link.originId, link.originSlot, type, visited);
+      if (step.kind === 'follow') ({ linkId, type } = step);
+      else source = step;
+    }
+    for (const key of walked) followed.set(key, source);
+    return source;
   };
 
   const workflow: Workflow = {};
@@ -432,7 +425,7 @@ export function convertUiWorkflow(
     const sources = new Map<string, Source>();
     for (const input of node.inputs) {
       if (input.link === undefined) continue;
-      const source = resolveLink(input.link, input.type, new Set());
+      const source = resolveLink(input.link, input.type);
       sources.set(input.name, source);
       // A PrimitiveNode sets the widget it feeds, which is then sent like any widget value.
       if (source.kind === 'value') values.set(input.name, source.value);
@@ -442,7 +435,12 @@ export function convertUiWorkflow(
       let value = values.get(spec.name);
       if (!spec.widget || value === undefined) continue;
       if (typeof value === 'string' && rawOptionsOf(definition, spec.name).dynamicPrompts === true) {
-        value = resolveDynamicPrompt(value, random);
+        try {
+          value = resolveDynamicPrompt(value, random);
+        } catch (error) {
+          problems.push(`input "${spec.name}" of ${describeNode(node)}: ${(error as Error).message}`);
+          continue;
+        }
       }
       // Arrays stand for links in API format: a list value is boxed, and the server unboxes it.
       inputs[spec.name] = Array.isArray(value) ? { __value__: value } : value;
