@@ -113,6 +113,10 @@ export class HttpClient {
   readonly agent: Agent;
   private readonly base: URL;
   private readonly options: HttpClientOptions;
+  /** Requests whose answer is not read to its end yet, and what waits for none to be left. */
+  private inFlight = 0;
+  private readonly idleWaiters: Array<() => void> = [];
+  private closing = false;
 
   constructor(options: HttpClientOptions) {
     this.options = options;
@@ -220,7 +224,7 @@ export class HttpClient {
     return withRetry(
       async () => {
         try {
-          const response = await request(address, { method: 'GET', dispatcher: this.agent, signal });
+          const response = await this.dispatch(address, { method: 'GET', signal });
           return { status: response.statusCode, headers: response.headers, body: response.body };
         } catch (error) {
           throw this.networkError(error, 'downloading a file from its signed address');
@@ -233,21 +237,54 @@ export class HttpClient {
   }
 
   /**
-   * Closes the pool. Requests still under way get a moment to finish, then are cut off: a redeploy must not
-   * wait for a service that does not answer (Node-RED waits 15 s at most).
+   * Closes the pool. Requests still under way (a status check, a download's body) get `graceMs` to finish, then
+   * the pool is destroyed, which cuts them off: a redeploy must not wait for a service that does not answer
+   * (Node-RED waits 15 s at most), and nothing may go on after the config node closed. (undici's own close
+   * would first empty the pool's list of connections, leaving a later destroy nothing to cut.)
    */
   async close(graceMs = 250): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const closed = this.agent.close().then(
-      () => true,
-      () => false,
-    );
-    const graceful = await Promise.race([
-      closed,
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), graceMs))),
-    ]);
-    clearTimeout(timer);
-    if (!graceful) await this.agent.destroy().catch(() => undefined);
+    this.closing = true;
+    if (this.inFlight > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => this.idleWaiters.push(resolve)),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+      ]);
+      clearTimeout(timer);
+    }
+    if (this.inFlight > 0) await this.agent.destroy().catch(() => undefined);
+    else await this.agent.close().catch(() => undefined);
+  }
+
+  /**
+   * One undici request on the pool, counted as under way until its answer's body is closed (read to its end,
+   * dumped or destroyed), so `close` knows what it cuts off.
+   */
+  private async dispatch(
+    address: string | URL,
+    options: Omit<Dispatcher.RequestOptions, 'origin' | 'path' | 'dispatcher'> & { signal?: AbortSignal },
+  ): Promise<Dispatcher.ResponseData> {
+    if (this.closing) throw new Error('the config node is closing');
+    this.inFlight += 1;
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      this.inFlight -= 1;
+      if (this.inFlight === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+    };
+    try {
+      const response = (await request(address, {
+        ...options,
+        dispatcher: this.agent,
+      } as Parameters<typeof request>[1])) as Dispatcher.ResponseData;
+      if (response.body.closed || response.body.destroyed) end();
+      else response.body.once('close', end);
+      return response;
+    } catch (error) {
+      end();
+      throw error;
+    }
   }
 
   /**
@@ -272,11 +309,10 @@ export class HttpClient {
       async () => {
         let response: Dispatcher.ResponseData;
         try {
-          response = await request(address, {
+          response = await this.dispatch(address, {
             method,
             headers,
             body: typeof body === 'function' ? body() : body,
-            dispatcher: this.agent,
             signal: options.signal,
           });
         } catch (error) {

@@ -156,6 +156,11 @@ export class SandboxServer {
     this.upgrades.set(path, { handler, gate });
   }
 
+  /** TCP connections open now (HTTP keep-alive ones and upgraded sockets alike). */
+  get openConnections(): number {
+    return this.connections.size;
+  }
+
   /** All WebSocket clients connected now. */
   get sockets(): Set<WebSocket> {
     return this.wss.clients;
