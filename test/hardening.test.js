@@ -507,7 +507,8 @@ describe('hardening', () => {
         apiKey: key,
         partnerKey: partner,
       });
-      const msg = await outputOf('n', { payload: textToImage() });
+      // A submit waits up to 5 s for a socket this server does not have.
+      const msg = await outputOf('n', { payload: textToImage() }, 15000);
       assert.doesNotMatch(textOf(msg), new RegExp(`${key}|${partner}`));
       await helper.unload();
       await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), {
@@ -579,6 +580,50 @@ describe('hardening', () => {
       } finally {
         await sandbox.close();
       }
+    });
+
+    it('a key the service echoes JSON-escaped (\\u002B as .NET writes it, \\/ as PHP does) never reaches a msg', async () => {
+      const key = 'sk-esc+7f3e/2d1c0b9a';
+      const dotnet = key.replace('+', '\\u002B');
+      const php = key.replace('/', '\\/');
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/object_info')) return json(res, 200, {});
+        const text = req.url.startsWith('/api/prompt')
+          ? `{"prompt_id":"p-1","echo":"key ${dotnet}","${php}":"as a name"}`
+          : `{"queue_running":[[0,"run-1",{"note":"key ${php}"},{},[]]],"queue_pending":[]}`;
+        res.writeHead(200, { 'content-type': 'application/json' }).end(text);
+      };
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), { apiKey: key });
+      // A submit waits up to 5 s for a socket this server does not have.
+      const submitted = await outputOf('n', { payload: textToImage() }, 15000);
+      assert.equal(submitted.payload.echo, 'key ***');
+      assert.equal(submitted.payload['***'], 'as a name');
+      assert.ok(!textOf(submitted).includes(key));
+      await helper.unload();
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+      });
+      const listed = await outputOf('n', {});
+      assert.equal(listed.payload.queue_running[0][2].note, 'key ***');
+      assert.ok(!textOf(listed).includes(key));
+    });
+
+    it('a refusal whose body is nested 50,000 deep and echoes the key says what the service said, without the key', async () => {
+      const key = 'sk-deep-7f3e2d1c';
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/object_info')) return json(res, 200, {});
+        // Written out: JSON.stringify itself cannot go that deep.
+        const deep = `${'{"a":['.repeat(25_000)}"key ${req.headers['x-api-key']}"${']}'.repeat(25_000)}`;
+        res
+          .writeHead(400, { 'content-type': 'application/json' })
+          .end(`{"message":"bad key ${req.headers['x-api-key']}","deep":${deep}}`);
+      };
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), { apiKey: key });
+      // A submit waits up to 5 s for a socket this server does not have.
+      const failure = await failureOf('n', { payload: textToImage() }, 15000);
+      assert.equal(failure.error.code, 'invalid_request');
+      assert.match(failure.error.message, /the service said: bad key \*\*\*/);
+      assert.ok(!textOf(failure).includes(key));
     });
   });
 });

@@ -3,10 +3,18 @@
  * the service's headers, maps every failure to a ServiceError with the contract's code and a sentence that
  * says what to fix, removes secrets from everything it reports, and retries what is safe to retry:
  * idempotent requests on network failure, 5xx and a 429 with Retry-After; any request whose connection
- * failed before a byte was sent.
+ * failed before a byte was sent. Past 400 lines: a request, its retries, its limits and the mapping of its
+ * failures are one path, read best in one place.
  */
 import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
-import { ServiceError, codeForStatus, messageFromBody, redact, type ErrorCode } from './errors';
+import {
+  ServiceError,
+  cleanForReport,
+  codeForStatus,
+  messageFromBody,
+  removeSecrets,
+  type ErrorCode,
+} from './errors';
 import { DEFAULT_RETRY_POLICY, parseRetryAfter, withRetry, type RetryPolicy } from './retry';
 
 export interface HttpClientOptions {
@@ -123,16 +131,17 @@ export class HttpClient {
     return url;
   }
 
-  /** Whether a text holds one of this client's secrets, as is or URL-encoded. */
-  containsSecret(text: string): boolean {
-    return (this.options.secrets ?? []).some(
-      (secret) => !!secret && (text.includes(secret) || text.includes(encodeURIComponent(secret))),
-    );
+  /** A value (an answer passed on to msgs) without this client's secrets; addresses left whole. */
+  removeSecrets<T>(value: T): T {
+    return removeSecrets(value, this.options.secrets ?? []);
   }
 
-  /** Removes this client's secrets (and signed queries) from a value. */
-  redact<T>(value: T): T {
-    return redact(value, this.options.secrets ?? []);
+  /**
+   * What an error, log line or status may carry: without this client's secrets (and `also`, e.g. a signed
+   * address's signature), signed addresses shortened.
+   */
+  cleanForReport<T>(value: T, also: ReadonlyArray<string> = []): T {
+    return cleanForReport(value, [...(this.options.secrets ?? []), ...also]);
   }
 
   /**
@@ -177,23 +186,20 @@ export class HttpClient {
     }
     const text = response.text;
     if (text.trim() === '') return { status: response.status, body: undefined as T, json: false };
+    let body: T;
     try {
-      const body = JSON.parse(text) as T;
-      // What the service sends is passed on to msgs: a key it echoes is removed (looked for in the text
-      // first, so a clean answer costs one search, not a walk through every value).
-      return {
-        status: response.status,
-        body: this.containsSecret(text) ? this.redact(body) : body,
-        json: true,
-      };
+      body = JSON.parse(text) as T;
     } catch {
       if (response.status >= 400) return { status: response.status, body: undefined as T, json: false };
       throw new ServiceError(
         'server_error',
         `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON: check the base address in the config node`,
-        { status: response.status, body: this.redact(text.slice(0, 300)) },
+        { status: response.status, body: this.cleanForReport(text.slice(0, 300)) },
       );
     }
+    // What the service sends is passed on to msgs: a key it echoes is removed. Looked for in the parsed
+    // value, where a key the service wrote JSON-escaped (`\u002B`, `\/`) is plain again.
+    return { status: response.status, body: this.removeSecrets(body), json: true };
   }
 
   /** A request whose answer is left for the caller to stream (the caller must consume or dump the body). */
@@ -318,7 +324,7 @@ export class HttpClient {
     }
     return new ServiceError(
       'network',
-      this.redact(
+      this.cleanForReport(
         `${this.options.serviceName} did not answer ${action} (${reason}): check the address in the config node and that the service is reachable`,
       ),
     );
@@ -343,7 +349,7 @@ export class HttpClient {
     }
     return new ServiceError(
       'invalid_request',
-      this.redact(
+      this.cleanForReport(
         `${this.options.serviceName} redirected ${this.what(options)} (HTTP ${response.statusCode})${where}: set the base address in the config node to the address it redirects to`,
       ),
       { status: response.statusCode },
@@ -361,12 +367,12 @@ export class HttpClient {
     } catch {
       // a plain-text error body is kept as text
     }
-    body = this.redact(body);
+    body = this.cleanForReport(body);
     const retryAfterMs = parseRetryAfter(response.headers['retry-after']);
     const code = codeForStatus(response.statusCode, retryAfterMs !== undefined);
     const detail = messageFromBody(body);
     const message = `${this.sentenceFor(code, response.statusCode, this.what(options))}${detail ? ` (the service said: ${detail})` : ''}`;
-    const error = new ServiceError(code, this.redact(message), {
+    const error = new ServiceError(code, this.cleanForReport(message), {
       status: response.statusCode,
       body,
     }) as RetryableServiceError;

@@ -303,7 +303,7 @@ export class JobLookup {
         if (outputs) return outputs;
       } catch (error) {
         if (signal?.aborted) return undefined;
-        log(`reading outputs of ${promptId} failed: ${this.http.redact(String(error))}`);
+        log(`reading outputs of ${promptId} failed: ${this.http.cleanForReport(String(error))}`);
       }
     }
     return undefined;

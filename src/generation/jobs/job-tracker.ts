@@ -788,6 +788,6 @@ export class JobTracker {
   }
 
   private log(level: 'debug' | 'warn', message: string): void {
-    this.options.log?.(level, this.connection.http.redact(message));
+    this.options.log?.(level, this.connection.http.cleanForReport(message));
   }
 }

@@ -6,7 +6,7 @@
  * No Node-RED inside.
  */
 import WebSocket from 'ws';
-import { redact } from '../../http/errors';
+import { cleanForReport, removeSecrets } from '../../http/errors';
 import { DEFAULT_MAX_FRAME_BYTES, parseBinaryFrame, type BinaryFrame } from './frames';
 import { RecentMap } from './recent-map';
 
@@ -551,7 +551,7 @@ export class SocketManager {
     }
     // An error message or traceback may echo a key: such an event is passed on without it.
     // Searched in the text already decoded for JSON.parse: a string search, not a native call per frame.
-    if (this.echoesSecret(text)) message = redact(message, this.secrets);
+    if (this.echoesSecret(text)) message = removeSecrets(message, this.secrets);
     const { type, data: rawData } = message as { type: string; data?: unknown };
     const data =
       rawData && typeof rawData === 'object' && !Array.isArray(rawData)
@@ -602,7 +602,7 @@ export class SocketManager {
     const frame =
       parsed.frame.type === 3 &&
       (this.echoesSecret(parsed.frame.nodeId) || this.echoesSecret(parsed.frame.text))
-        ? redact(parsed.frame, this.secrets)
+        ? removeSecrets(parsed.frame, this.secrets)
         : parsed.frame;
     const bytes = buffer.length;
     if (frame.type === 4) {
@@ -739,7 +739,7 @@ export class SocketManager {
   }
 
   private log(level: LogLevel, message: string): void {
-    const clean = redact(message, this.secrets);
+    const clean = cleanForReport(message, this.secrets);
     if (this.options.logger) {
       this.options.logger(level, clean);
       return;

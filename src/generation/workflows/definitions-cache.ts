@@ -75,7 +75,7 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
     return await rest.nodeDefinitions();
   } catch (error) {
     const serviceError =
-      error instanceof ServiceError ? error : new ServiceError('network', http.redact(String(error)));
+      error instanceof ServiceError ? error : new ServiceError('network', http.cleanForReport(String(error)));
     throw new ServiceError(serviceError.code, sentenceFor(serviceError, address.host, !!source.apiKey));
   } finally {
     await http.close();
