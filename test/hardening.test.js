@@ -582,6 +582,75 @@ describe('hardening', () => {
       }
     });
 
+    it('a gateway page (HTTP 200, not JSON) that echoes the key across its 300th character keeps no part of it', async () => {
+      const key = 'sk-gw-7f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b';
+      // A gateway that shows the request's headers: the key starts at character 279.
+      rogue.handle = (req, res) =>
+        res
+          .writeHead(200, { 'content-type': 'text/html' })
+          .end(`<html><pre>${'.'.repeat(256)} x-api-key: ${req.headers['x-api-key']}\n</pre></html>`);
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+      });
+      const failure = await failureOf('n', {});
+      assert.equal(failure.error.code, 'server_error');
+      assert.match(failure.error.cause.body, /x-api-key: \*\*\*/);
+      assertNoPartOf(key, textOf(failure));
+    });
+
+    it("a storage host's error that echoes the signature across its 300th character keeps no part of it", async () => {
+      const signature = 'a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0';
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/view'))
+          return res
+            .writeHead(302, { location: `/bucket/fox.png?X-Amz-Signature=${signature}&X-Amz-Expires=300` })
+            .end();
+        // The signature starts at character 280.
+        res
+          .writeHead(403, { 'content-type': 'application/xml' })
+          .end(
+            `<Error><Code>SignatureDoesNotMatch</Code><Message>${'.'.repeat(201)}</Message><SignatureProvided>${signature}</SignatureProvided></Error>`,
+          );
+      };
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
+      const failure = await failureOf('n', {
+        payload: { filename: 'fox.png', subfolder: '', type: 'output' },
+      });
+      assert.equal(failure.error.cause.status, 403);
+      assert.match(failure.error.cause.body, /<SignatureProvided>\*\*\*</);
+      assertNoPartOf(signature, textOf(failure));
+    });
+
+    it("a storage host's endless error is read up to the answer limit, then the download fails", async () => {
+      let chunks = 0;
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/view'))
+          return res.writeHead(302, { location: '/bucket/fox.png?X-Amz-Signature=s1g2n3a4t5u6r7e8' }).end();
+        res.writeHead(403, { 'content-type': 'application/xml' });
+        res.write('<Error><Message>');
+        const block = Buffer.alloc(1 << 20, 'a');
+        const more = () => {
+          while (res.write(block)) chunks += 1;
+          chunks += 1;
+        };
+        res.on('drain', more);
+        more();
+      };
+      const flow = flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url });
+      flow[0].answerLimitMiB = '1';
+      await load(flow, { apiKey: 'k-123456789' });
+      const failure = await failureOf(
+        'n',
+        { payload: { filename: 'fox.png', subfolder: '', type: 'output' } },
+        15000,
+      );
+      assert.equal(failure.error.code, 'invalid_request');
+      assert.match(failure.error.message, /the storage host answered HTTP 403 for "fox.png"/);
+      const sent = chunks;
+      await sleep(200);
+      assert.ok(chunks - sent < 5, 'the client stopped reading');
+    }).timeout(20000);
+
     it('a key the service echoes JSON-escaped (\\u002B as .NET writes it, \\/ as PHP does) never reaches a msg', async () => {
       const key = 'sk-esc+7f3e/2d1c0b9a';
       const dotnet = key.replace('+', '\\u002B');
@@ -627,3 +696,11 @@ describe('hardening', () => {
     });
   });
 });
+
+/** Fails when any 8 characters of `secret` in a row appear in `text`. */
+function assertNoPartOf(secret, text) {
+  for (let start = 0; start + 8 <= secret.length; start++) {
+    const part = secret.slice(start, start + 8);
+    assert.ok(!text.includes(part), `"${part}" of the secret is in: ${text.slice(0, 600)}`);
+  }
+}

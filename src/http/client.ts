@@ -11,6 +11,7 @@ import {
   ServiceError,
   cleanForReport,
   codeForStatus,
+  cutText,
   messageFromBody,
   removeSecrets,
   type ErrorCode,
@@ -145,6 +146,21 @@ export class HttpClient {
   }
 
   /**
+   * An error answer's body, read for its message: bounded like any answer (a larger one is dropped, not
+   * cut, so no part of a secret is left at the cut), parsed when it is JSON, cleaned for an error.
+   */
+  async errorBody(body: RawResponse['body'], also: ReadonlyArray<string> = []): Promise<unknown> {
+    const text = await readText(body, this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES).catch(() => '');
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // a plain-text error body is kept as text
+    }
+    return this.cleanForReport(parsed, also);
+  }
+
+  /**
    * A request whose JSON answer is returned (undefined for an empty body); errors are raised. An accepted
    * error status (`acceptStatus`) need not come with JSON: a framework's own "404: Not Found" page for a
    * route the server lacks is an answer, with `json: false` and no body. The answer is read within the
@@ -191,10 +207,11 @@ export class HttpClient {
       body = JSON.parse(text) as T;
     } catch {
       if (response.status >= 400) return { status: response.status, body: undefined as T, json: false };
+      // Cleaned whole, then cut: a key that straddles the cut is still found.
       throw new ServiceError(
         'server_error',
         `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON: check the base address in the config node`,
-        { status: response.status, body: this.cleanForReport(text.slice(0, 300)) },
+        { status: response.status, body: cutText(this.cleanForReport(text), 300) },
       );
     }
     // What the service sends is passed on to msgs: a key it echoes is removed. Looked for in the parsed
@@ -357,17 +374,7 @@ export class HttpClient {
   }
 
   private async httpError(response: Dispatcher.ResponseData, options: RequestOptions): Promise<ServiceError> {
-    // An error body is read for its message only, and bounded like any answer.
-    const text = await readText(response.body, this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES).catch(
-      () => '',
-    );
-    let body: unknown = text;
-    try {
-      body = text ? JSON.parse(text) : undefined;
-    } catch {
-      // a plain-text error body is kept as text
-    }
-    body = this.cleanForReport(body);
+    const body = await this.errorBody(response.body);
     const retryAfterMs = parseRetryAfter(response.headers['retry-after']);
     const code = codeForStatus(response.statusCode, retryAfterMs !== undefined);
     const detail = messageFromBody(body);

@@ -372,8 +372,9 @@ export class GenerationRestClient {
       response = await this.http.fetchForeign(target.href, signal);
     }
     if (response.status >= 400) {
-      const text = await response.body.text().catch(() => '');
-      const body = this.http.cleanForReport(text.slice(0, 300), signed);
+      // Read bounded and cleaned whole (ServiceError cuts it afterwards): a signature that straddles a cut
+      // would otherwise survive in part.
+      const body = await this.http.errorBody(response.body, signed);
       const detail = messageFromBody(body);
       throw new ServiceError(
         response.status >= 500 ? 'server_error' : 'invalid_request',
