@@ -695,6 +695,38 @@ describe('hardening', () => {
       assert.ok(!textOf(failure).includes(key));
     });
   });
+
+  describe('uploads and the request time limit', () => {
+    it('an upload that takes longer to send than the time limit succeeds; its answer is still limited', async () => {
+      // The service reads nothing for 1.5 s: 32 MiB cannot all wait in the sockets' buffers, so sending
+      // takes that long, three times the limit.
+      rogue.handle = (req, res) => {
+        req.pause();
+        setTimeout(() => {
+          req.resume();
+          req.on('end', () => json(res, 200, { name: 'big.png', subfolder: '', type: 'input' }));
+        }, 1500);
+      };
+      const flow = flowWith({ type: 'graph-gen-upload' }, { baseUrl: rogue.url });
+      flow[0].requestTimeout = '0.5';
+      await load(flow, {});
+      const big = Buffer.alloc(32 << 20, 1);
+      const msg = await outputOf('n', { payload: big, filename: 'big.png' }, 15000);
+      assert.equal(msg.payload.name, 'big.png');
+      // Once the body is sent, the answer must come within the limit, however slowly it trickles.
+      rogue.handle = (req, res) => {
+        req.resume();
+        req.on('end', () => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          const timer = setInterval(() => res.write(' '), 100);
+          res.on('close', () => clearInterval(timer));
+        });
+      };
+      const failure = await failureOf('n', { payload: Buffer.alloc(1000, 1), filename: 'small.png' }, 15000);
+      assert.equal(failure.error.code, 'network');
+      assert.match(failure.error.message, /did not finish answering uploading "small.png" within 1 s/);
+    }).timeout(20000);
+  });
 });
 
 /** Fails when any 8 characters of `secret` in a row appear in `text`. */

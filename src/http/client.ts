@@ -6,6 +6,7 @@
  * failed before a byte was sent. Past 400 lines: a request, its retries, its limits and the mapping of its
  * failures are one path, read best in one place.
  */
+import { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
 import {
   ServiceError,
@@ -31,8 +32,9 @@ export interface HttpClientOptions {
   /** Per-request time limit for headers and between body chunks. */
   timeoutMs?: number;
   /**
-   * Total time limit of a JSON request, body included (a body that trickles a byte at a time must end).
-   * Streamed transfers (uploads, downloads) are limited by idle time only.
+   * Total time limit of a JSON request's answer, its body included (a body that trickles a byte at a time
+   * must end). It starts once the request's own body has been sent: sending an upload takes as long as the
+   * file and the line make it, limited by idle time only (`timeoutMs`), as downloads are.
    */
   totalTimeoutMs?: number;
   /** The largest JSON answer read, unless a request says otherwise (a larger one is a server_error). */
@@ -165,23 +167,30 @@ export class HttpClient {
    * error status (`acceptStatus`) need not come with JSON: a framework's own "404: Not Found" page for a
    * route the server lacks is an answer, with `json: false` and no body. The answer is read within the
    * attempt (a connection that breaks mid-body is a network failure, retried where safe), up to a size
-   * limit, and within the total time limit.
+   * limit, and within the total time limit, counted from when the request's body has been sent.
    */
   async json<T>(path: string, options: RequestOptions = {}): Promise<JsonAnswer<T>> {
     const limit = options.maxBytes ?? this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES;
     const total = this.options.totalTimeoutMs ?? DEFAULT_TOTAL_TIMEOUT_MS;
     // One controller per request, freed when it ends: the caller's signal may live as long as its node.
     const controller = new AbortController();
-    const deadline = setTimeout(() => controller.abort(new Error('time limit')), total);
+    let deadline: NodeJS.Timeout | undefined;
+    let ended = false;
+    // A stream's end may come after a refusal that ended the request: no timer is started then.
+    const startDeadline = () => {
+      if (!ended) deadline ??= setTimeout(() => controller.abort(new Error('time limit')), total);
+    };
     const stop = () => controller.abort(options.signal?.reason);
     options.signal?.addEventListener('abort', stop, { once: true });
     if (options.signal?.aborted) stop();
     let response: RawResponse & { text: string };
     try {
-      response = await this.send(path, { ...options, signal: controller.signal }, async (raw) => ({
-        ...raw,
-        text: await readText(raw.body, limit),
-      }));
+      response = await this.send(
+        path,
+        { ...options, signal: controller.signal },
+        async (raw) => ({ ...raw, text: await readText(raw.body, limit) }),
+        startDeadline,
+      );
     } catch (error) {
       if (error instanceof TooLarge) {
         throw new ServiceError(
@@ -197,6 +206,7 @@ export class HttpClient {
       }
       throw error;
     } finally {
+      ended = true;
       clearTimeout(deadline);
       options.signal?.removeEventListener('abort', stop);
     }
@@ -270,6 +280,7 @@ export class HttpClient {
     path: string,
     options: RequestOptions,
     consume: (response: RawResponse) => Promise<R>,
+    onSent?: () => void,
   ): Promise<R> {
     const method = options.method ?? 'GET';
     const idempotent = options.idempotent ?? (method === 'GET' || method === 'HEAD');
@@ -283,17 +294,23 @@ export class HttpClient {
     return withRetry(
       async () => {
         let response: Dispatcher.ResponseData;
+        const attemptBody = typeof body === 'function' ? body() : body;
+        // `onSent` learns when the body has been handed over: a stream when it has been read to its end,
+        // anything else at once; an answer that comes before (a refusal) counts as well.
+        if (attemptBody instanceof Readable) attemptBody.once('end', () => onSent?.());
+        else onSent?.();
         try {
           response = await request(address, {
             method,
             headers,
-            body: typeof body === 'function' ? body() : body,
+            body: attemptBody,
             dispatcher: this.agent,
             signal: options.signal,
           });
         } catch (error) {
           throw new NetworkFailure(!isNotSent(error), error);
         }
+        onSent?.();
         if (options.acceptStatus?.includes(response.statusCode) || response.statusCode < 300) {
           try {
             return await consume({
