@@ -197,6 +197,31 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     }
   });
 
+  it('keeps signed addresses whole in definitions and converted workflows when a key is set, as a deploy does', async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    const address = 'https://img.example/cat.png?X-Amz-Signature=0a1b2c3d&X-Amz-Expires=300';
+    cloud.generation.definitions.LoadImageFromUrl = {
+      input: { required: { url: ['STRING', { default: address }] } },
+      output: ['IMAGE'],
+      name: 'LoadImageFromUrl',
+      display_name: 'Load Image From URL',
+      category: 'test',
+      output_node: false,
+    };
+    try {
+      const read = remember(await definitions({ id: 'c', baseUrl: cloud.url, refresh: true }));
+      assert.equal(read.body.ok, true, read.body.message);
+      assert.equal(read.body.definitions.LoadImageFromUrl.inputs[0].default, address);
+      const ui = structuredClone(UI_WORKFLOW);
+      ui.nodes[1].widgets_values = [address];
+      const converted = remember(await convert({ id: 'c', baseUrl: cloud.url, workflow: ui }));
+      assert.equal(converted.body.ok, true, converted.body.message);
+      assert.equal(converted.body.workflow['2'].inputs.text, address);
+    } finally {
+      delete cloud.generation.definitions.LoadImageFromUrl;
+    }
+  });
+
   it('answers a server that cannot be reached, or an address that cannot be used, with a sentence', async () => {
     await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
     const closed = await startSandbox();

@@ -509,7 +509,8 @@ describe('hardening', () => {
         apiKey: key,
         partnerKey: partner,
       });
-      const msg = await outputOf('n', { payload: textToImage() });
+      // A submit waits up to 5 s for a socket this server does not have.
+      const msg = await outputOf('n', { payload: textToImage() }, 15000);
       assert.doesNotMatch(textOf(msg), new RegExp(`${key}|${partner}`));
       await helper.unload();
       await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), {
@@ -582,5 +583,158 @@ describe('hardening', () => {
         await sandbox.close();
       }
     });
+
+    it('a gateway page (HTTP 200, not JSON) that echoes the key across its 300th character keeps no part of it', async () => {
+      const key = 'sk-gw-7f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b';
+      // A gateway that shows the request's headers: the key starts at character 279.
+      rogue.handle = (req, res) =>
+        res
+          .writeHead(200, { 'content-type': 'text/html' })
+          .end(`<html><pre>${'.'.repeat(256)} x-api-key: ${req.headers['x-api-key']}\n</pre></html>`);
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+      });
+      const failure = await failureOf('n', {});
+      assert.equal(failure.error.code, 'server_error');
+      assert.match(failure.error.cause.body, /x-api-key: \*\*\*/);
+      assertNoPartOf(key, textOf(failure));
+    });
+
+    it("a storage host's error that echoes the signature across its 300th character keeps no part of it", async () => {
+      const signature = 'a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0';
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/view'))
+          return res
+            .writeHead(302, { location: `/bucket/fox.png?X-Amz-Signature=${signature}&X-Amz-Expires=300` })
+            .end();
+        // The signature starts at character 280.
+        res
+          .writeHead(403, { 'content-type': 'application/xml' })
+          .end(
+            `<Error><Code>SignatureDoesNotMatch</Code><Message>${'.'.repeat(201)}</Message><SignatureProvided>${signature}</SignatureProvided></Error>`,
+          );
+      };
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
+      const failure = await failureOf('n', {
+        payload: { filename: 'fox.png', subfolder: '', type: 'output' },
+      });
+      assert.equal(failure.error.cause.status, 403);
+      assert.match(failure.error.cause.body, /<SignatureProvided>\*\*\*</);
+      assertNoPartOf(signature, textOf(failure));
+    });
+
+    it("a storage host's endless error is read up to the answer limit, then the download fails", async () => {
+      let chunks = 0;
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/view'))
+          return res.writeHead(302, { location: '/bucket/fox.png?X-Amz-Signature=s1g2n3a4t5u6r7e8' }).end();
+        res.writeHead(403, { 'content-type': 'application/xml' });
+        res.write('<Error><Message>');
+        const block = Buffer.alloc(1 << 20, 'a');
+        const more = () => {
+          while (res.write(block)) chunks += 1;
+          chunks += 1;
+        };
+        res.on('drain', more);
+        more();
+      };
+      const flow = flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url });
+      flow[0].answerLimitMiB = '1';
+      await load(flow, { apiKey: 'k-123456789' });
+      const failure = await failureOf(
+        'n',
+        { payload: { filename: 'fox.png', subfolder: '', type: 'output' } },
+        15000,
+      );
+      assert.equal(failure.error.code, 'invalid_request');
+      assert.match(failure.error.message, /the storage host answered HTTP 403 for "fox.png"/);
+      const sent = chunks;
+      await sleep(200);
+      assert.ok(chunks - sent < 5, 'the client stopped reading');
+    }).timeout(20000);
+
+    it('a key the service echoes JSON-escaped (\\u002B as .NET writes it, \\/ as PHP does) never reaches a msg', async () => {
+      const key = 'sk-esc+7f3e/2d1c0b9a';
+      const dotnet = key.replace('+', '\\u002B');
+      const php = key.replace('/', '\\/');
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/object_info')) return json(res, 200, {});
+        const text = req.url.startsWith('/api/prompt')
+          ? `{"prompt_id":"p-1","echo":"key ${dotnet}","${php}":"as a name"}`
+          : `{"queue_running":[[0,"run-1",{"note":"key ${php}"},{},[]]],"queue_pending":[]}`;
+        res.writeHead(200, { 'content-type': 'application/json' }).end(text);
+      };
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), { apiKey: key });
+      // A submit waits up to 5 s for a socket this server does not have.
+      const submitted = await outputOf('n', { payload: textToImage() }, 15000);
+      assert.equal(submitted.payload.echo, 'key ***');
+      assert.equal(submitted.payload['***'], 'as a name');
+      assert.ok(!textOf(submitted).includes(key));
+      await helper.unload();
+      await load(flowWith({ type: 'graph-gen-queue', action: 'list' }, { baseUrl: rogue.url }), {
+        apiKey: key,
+      });
+      const listed = await outputOf('n', {});
+      assert.equal(listed.payload.queue_running[0][2].note, 'key ***');
+      assert.ok(!textOf(listed).includes(key));
+    });
+
+    it('a refusal whose body is nested 50,000 deep and echoes the key says what the service said, without the key', async () => {
+      const key = 'sk-deep-7f3e2d1c';
+      rogue.handle = (req, res) => {
+        if (req.url.startsWith('/api/object_info')) return json(res, 200, {});
+        // Written out: JSON.stringify itself cannot go that deep.
+        const deep = `${'{"a":['.repeat(25_000)}"key ${req.headers['x-api-key']}"${']}'.repeat(25_000)}`;
+        res
+          .writeHead(400, { 'content-type': 'application/json' })
+          .end(`{"message":"bad key ${req.headers['x-api-key']}","deep":${deep}}`);
+      };
+      await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: rogue.url }), { apiKey: key });
+      // A submit waits up to 5 s for a socket this server does not have.
+      const failure = await failureOf('n', { payload: textToImage() }, 15000);
+      assert.equal(failure.error.code, 'invalid_request');
+      assert.match(failure.error.message, /the service said: bad key \*\*\*/);
+      assert.ok(!textOf(failure).includes(key));
+    });
+  });
+
+  describe('uploads and the request time limit', () => {
+    it('an upload that takes longer to send than the time limit succeeds; its answer is still limited', async () => {
+      // The service reads nothing for 1.5 s: 32 MiB cannot all wait in the sockets' buffers, so sending
+      // takes that long, three times the limit.
+      rogue.handle = (req, res) => {
+        req.pause();
+        setTimeout(() => {
+          req.resume();
+          req.on('end', () => json(res, 200, { name: 'big.png', subfolder: '', type: 'input' }));
+        }, 1500);
+      };
+      const flow = flowWith({ type: 'graph-gen-upload' }, { baseUrl: rogue.url });
+      flow[0].requestTimeout = '0.5';
+      await load(flow, {});
+      const big = Buffer.alloc(32 << 20, 1);
+      const msg = await outputOf('n', { payload: big, filename: 'big.png' }, 15000);
+      assert.equal(msg.payload.name, 'big.png');
+      // Once the body is sent, the answer must come within the limit, however slowly it trickles.
+      rogue.handle = (req, res) => {
+        req.resume();
+        req.on('end', () => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          const timer = setInterval(() => res.write(' '), 100);
+          res.on('close', () => clearInterval(timer));
+        });
+      };
+      const failure = await failureOf('n', { payload: Buffer.alloc(1000, 1), filename: 'small.png' }, 15000);
+      assert.equal(failure.error.code, 'network');
+      assert.match(failure.error.message, /did not finish answering uploading "small.png" within 1 s/);
+    }).timeout(20000);
   });
 });
+
+/** Fails when any 8 characters of `secret` in a row appear in `text`. */
+function assertNoPartOf(secret, text) {
+  for (let start = 0; start + 8 <= secret.length; start++) {
+    const part = secret.slice(start, start + 8);
+    assert.ok(!text.includes(part), `"${part}" of the secret is in: ${text.slice(0, 600)}`);
+  }
+}

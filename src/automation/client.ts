@@ -171,7 +171,7 @@ export class AutomationClient {
       if (error instanceof ServiceError && error.cause.status === 400 && cursor !== undefined) {
         throw new ServiceError(
           'invalid_request',
-          this.http.redact(
+          this.http.cleanForReport(
             'the cursor is not valid for this service: pass a nextCursor this service sent for the same list, or none for the first page',
           ),
           error.cause,

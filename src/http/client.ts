@@ -3,10 +3,20 @@
  * the service's headers, maps every failure to a ServiceError with the contract's code and a sentence that
  * says what to fix, removes secrets from everything it reports, and retries what is safe to retry:
  * idempotent requests on network failure, 5xx and a 429 with Retry-After; any request whose connection
- * failed before a byte was sent.
+ * failed before a byte was sent. Past 400 lines: a request, its retries, its limits and the mapping of its
+ * failures are one path, read best in one place.
  */
+import { Readable } from 'node:stream';
 import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
-import { ServiceError, codeForStatus, messageFromBody, redact, type ErrorCode } from './errors';
+import {
+  ServiceError,
+  cleanForReport,
+  codeForStatus,
+  cutText,
+  messageFromBody,
+  removeSecrets,
+  type ErrorCode,
+} from './errors';
 import { DEFAULT_RETRY_POLICY, parseRetryAfter, withRetry, type RetryPolicy } from './retry';
 
 export interface HttpClientOptions {
@@ -22,8 +32,9 @@ export interface HttpClientOptions {
   /** Per-request time limit for headers and between body chunks. */
   timeoutMs?: number;
   /**
-   * Total time limit of a JSON request, body included (a body that trickles a byte at a time must end).
-   * Streamed transfers (uploads, downloads) are limited by idle time only.
+   * Total time limit of a JSON request's answer, its body included (a body that trickles a byte at a time
+   * must end). It starts once the request's own body has been sent: sending an upload takes as long as the
+   * file and the line make it, limited by idle time only (`timeoutMs`), as downloads are.
    */
   totalTimeoutMs?: number;
   /** The largest JSON answer read, unless a request says otherwise (a larger one is a server_error). */
@@ -138,16 +149,32 @@ export class HttpClient {
     return url;
   }
 
-  /** Whether a text holds one of this client's secrets, as is or URL-encoded. */
-  containsSecret(text: string): boolean {
-    return (this.options.secrets ?? []).some(
-      (secret) => !!secret && (text.includes(secret) || text.includes(encodeURIComponent(secret))),
-    );
+  /** A value (an answer passed on to msgs) without this client's secrets; addresses left whole. */
+  removeSecrets<T>(value: T): T {
+    return removeSecrets(value, this.options.secrets ?? []);
   }
 
-  /** Removes this client's secrets (and signed queries) from a value. */
-  redact<T>(value: T): T {
-    return redact(value, this.options.secrets ?? []);
+  /**
+   * What an error, log line or status may carry: without this client's secrets (and `also`, e.g. a signed
+   * address's signature), signed addresses shortened.
+   */
+  cleanForReport<T>(value: T, also: ReadonlyArray<string> = []): T {
+    return cleanForReport(value, [...(this.options.secrets ?? []), ...also]);
+  }
+
+  /**
+   * An error answer's body, read for its message: bounded like any answer (a larger one is dropped, not
+   * cut, so no part of a secret is left at the cut), parsed when it is JSON, cleaned for an error.
+   */
+  async errorBody(body: RawResponse['body'], also: ReadonlyArray<string> = []): Promise<unknown> {
+    const text = await readText(body, this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES).catch(() => '');
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // a plain-text error body is kept as text
+    }
+    return this.cleanForReport(parsed, also);
   }
 
   /**
@@ -155,23 +182,30 @@ export class HttpClient {
    * error status (`acceptStatus`) need not come with JSON: a framework's own "404: Not Found" page for a
    * route the server lacks is an answer, with `json: false` and no body. The answer is read within the
    * attempt (a connection that breaks mid-body is a network failure, retried where safe), up to a size
-   * limit, and within the total time limit.
+   * limit, and within the total time limit, counted from when the request's body has been sent.
    */
   async json<T>(path: string, options: RequestOptions = {}): Promise<JsonAnswer<T>> {
     const limit = options.maxBytes ?? this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES;
     const total = this.options.totalTimeoutMs ?? DEFAULT_TOTAL_TIMEOUT_MS;
     // One controller per request, freed when it ends: the caller's signal may live as long as its node.
     const controller = new AbortController();
-    const deadline = setTimeout(() => controller.abort(new Error('time limit')), total);
+    let deadline: NodeJS.Timeout | undefined;
+    let ended = false;
+    // A stream's end may come after a refusal that ended the request: no timer is started then.
+    const startDeadline = () => {
+      if (!ended) deadline ??= setTimeout(() => controller.abort(new Error('time limit')), total);
+    };
     const stop = () => controller.abort(options.signal?.reason);
     options.signal?.addEventListener('abort', stop, { once: true });
     if (options.signal?.aborted) stop();
     let response: RawResponse & { text: string };
     try {
-      response = await this.send(path, { ...options, signal: controller.signal }, async (raw) => ({
-        ...raw,
-        text: await readText(raw.body, limit),
-      }));
+      response = await this.send(
+        path,
+        { ...options, signal: controller.signal },
+        async (raw) => ({ ...raw, text: await readText(raw.body, limit) }),
+        startDeadline,
+      );
     } catch (error) {
       if (error instanceof TooLarge) {
         throw new ServiceError(
@@ -187,28 +221,27 @@ export class HttpClient {
       }
       throw error;
     } finally {
+      ended = true;
       clearTimeout(deadline);
       options.signal?.removeEventListener('abort', stop);
     }
     const text = response.text;
     if (text.trim() === '') return { status: response.status, body: undefined as T, json: false };
+    let body: T;
     try {
-      const body = JSON.parse(text) as T;
-      // What the service sends is passed on to msgs: a key it echoes is removed (looked for in the text
-      // first, so a clean answer costs one search, not a walk through every value).
-      return {
-        status: response.status,
-        body: this.containsSecret(text) ? this.redact(body) : body,
-        json: true,
-      };
+      body = JSON.parse(text) as T;
     } catch {
       if (response.status >= 400) return { status: response.status, body: undefined as T, json: false };
+      // Cleaned whole, then cut: a key that straddles the cut is still found.
       throw new ServiceError(
         'server_error',
         `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON: check the base address in the config node`,
-        { status: response.status, body: this.redact(text.slice(0, 300)) },
+        { status: response.status, body: cutText(this.cleanForReport(text), 300) },
       );
     }
+    // What the service sends is passed on to msgs: a key it echoes is removed. Looked for in the parsed
+    // value, where a key the service wrote JSON-escaped (`\u002B`, `\/`) is plain again.
+    return { status: response.status, body: this.removeSecrets(body), json: true };
   }
 
   /** A request whose answer is left for the caller to stream (the caller must consume or dump the body). */
@@ -295,6 +328,7 @@ export class HttpClient {
     path: string,
     options: RequestOptions,
     consume: (response: RawResponse) => Promise<R>,
+    onSent?: () => void,
   ): Promise<R> {
     const method = options.method ?? 'GET';
     const idempotent = options.idempotent ?? (method === 'GET' || method === 'HEAD');
@@ -308,16 +342,22 @@ export class HttpClient {
     return withRetry(
       async () => {
         let response: Dispatcher.ResponseData;
+        const attemptBody = typeof body === 'function' ? body() : body;
+        // `onSent` learns when the body has been handed over: a stream when it has been read to its end,
+        // anything else at once; an answer that comes before (a refusal) counts as well.
+        if (attemptBody instanceof Readable) attemptBody.once('end', () => onSent?.());
+        else onSent?.();
         try {
           response = await this.dispatch(address, {
             method,
             headers,
-            body: typeof body === 'function' ? body() : body,
+            body: attemptBody,
             signal: options.signal,
           });
         } catch (error) {
           throw new NetworkFailure(!isNotSent(error), error);
         }
+        onSent?.();
         if (options.acceptStatus?.includes(response.statusCode) || response.statusCode < 300) {
           try {
             return await consume({
@@ -369,7 +409,7 @@ export class HttpClient {
     }
     return new ServiceError(
       'network',
-      this.redact(
+      this.cleanForReport(
         `${this.options.serviceName} did not answer ${action} (${reason}): check the address in the config node and that the service is reachable`,
       ),
     );
@@ -394,7 +434,7 @@ export class HttpClient {
     }
     return new ServiceError(
       'invalid_request',
-      this.redact(
+      this.cleanForReport(
         `${this.options.serviceName} redirected ${this.what(options)} (HTTP ${response.statusCode})${where}: set the base address in the config node to the address it redirects to`,
       ),
       { status: response.statusCode },
@@ -402,22 +442,12 @@ export class HttpClient {
   }
 
   private async httpError(response: Dispatcher.ResponseData, options: RequestOptions): Promise<ServiceError> {
-    // An error body is read for its message only, and bounded like any answer.
-    const text = await readText(response.body, this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES).catch(
-      () => '',
-    );
-    let body: unknown = text;
-    try {
-      body = text ? JSON.parse(text) : undefined;
-    } catch {
-      // a plain-text error body is kept as text
-    }
-    body = this.redact(body);
+    const body = await this.errorBody(response.body);
     const retryAfterMs = parseRetryAfter(response.headers['retry-after']);
     const code = codeForStatus(response.statusCode, retryAfterMs !== undefined);
     const detail = messageFromBody(body);
     const message = `${this.sentenceFor(code, response.statusCode, this.what(options))}${detail ? ` (the service said: ${detail})` : ''}`;
-    const error = new ServiceError(code, this.redact(message), {
+    const error = new ServiceError(code, this.cleanForReport(message), {
       status: response.statusCode,
       body,
     }) as RetryableServiceError;

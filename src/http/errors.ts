@@ -101,35 +101,177 @@ export function messageFromBody(body: unknown): string | undefined {
   return text.length > MAX_MESSAGE_LENGTH ? `${text.slice(0, MAX_MESSAGE_LENGTH)}…` : text;
 }
 
-const URL_QUERY = /((?:https?|wss?):\/\/[^\s"'?#]+)\?[^\s"'#]*/g;
+/**
+ * The forms a secret takes in text, longest first (a secret inside a longer one must not split it): as written,
+ * URL-encoded, and JSON-escaped as common writers escape it (a JSON text inside a string; `\/` as PHP writes
+ * `/`; `\u002B` as .NET writes `+`, `<`, `>`, `&`, quotes and non-ASCII). A parsed JSON value holds the plain
+ * form; the others are for text that was not parsed (a gateway's page, a JSON text inside a string).
+ */
+function secretForms(secrets: ReadonlyArray<string | undefined>): string[] {
+  const forms = new Set<string>();
+  for (const secret of secrets) {
+    if (typeof secret !== 'string' || secret === '') continue;
+    const escaped = JSON.stringify(secret).slice(1, -1);
+    forms.add(secret);
+    forms.add(encodeURIComponent(secret));
+    forms.add(escaped);
+    forms.add(escaped.replace(/\//g, '\\/'));
+    forms.add(
+      escaped.replace(
+        /\\"|[+<>&'`]|[^\x20-\x7e]/g,
+        (char) =>
+          `\\u${char
+            .charCodeAt(char.length - 1)
+            .toString(16)
+            .toUpperCase()
+            .padStart(4, '0')}`,
+      ),
+    );
+  }
+  return [...forms].sort((a, b) => b.length - a.length);
+}
+
+function holdsForm(text: string, forms: readonly string[]): boolean {
+  for (const form of forms) if (text.includes(form)) return true;
+  return false;
+}
+
+function withoutForms(text: string, forms: readonly string[]): string {
+  let clean = text;
+  for (const form of forms) if (clean.includes(form)) clean = clean.split(form).join('***');
+  return clean;
+}
 
 /**
- * Removes every secret from a string or a JSON-like value: each given secret is replaced, and the query of
- * any address is cut off (signed addresses carry their signature there).
+ * Plain objects and arrays are walked (JSON values, and msg values built in a Function node's own context,
+ * whose Object.prototype is another one); anything else (a Buffer, a Date, a class instance) is kept as is.
  */
-export function redact<T>(value: T, secrets: ReadonlyArray<string | undefined>): T {
-  const present = secrets.filter(
-    (secret): secret is string => typeof secret === 'string' && secret.length > 0,
-  );
-  const clean = (input: unknown): unknown => {
-    if (typeof input === 'string') {
-      let text = input.replace(URL_QUERY, '$1?…');
-      for (const secret of present) {
-        text = text.split(secret).join('***');
-        const encoded = encodeURIComponent(secret);
-        if (encoded !== secret) text = text.split(encoded).join('***');
-      }
-      return text;
+function isWalked(value: unknown): value is Record<string, unknown> | unknown[] {
+  if (Array.isArray(value)) return true;
+  if (value === null || typeof value !== 'object') return false;
+  const prototype = Object.getPrototypeOf(value) as object | null;
+  return prototype === null || Object.getPrototypeOf(prototype) === null;
+}
+
+/**
+ * A copy of `value` with `change` applied to every string and property name, at any depth. Walked with a
+ * list of its own, not by recursion: a value nested 50,000 deep (a service's answer, a socket frame) must not
+ * overflow the stack. A container met twice is copied once, so shared parts and cycles stay as they were.
+ */
+function mapStrings<T>(value: T, change: (text: string) => string): T {
+  if (typeof value === 'string') return change(value) as T;
+  if (!isWalked(value)) return value;
+  const copies = new Map<object, Record<string, unknown> | unknown[]>();
+  const waiting: Array<Record<string, unknown> | unknown[]> = [];
+  const converted = (inner: unknown): unknown => {
+    if (typeof inner === 'string') return change(inner);
+    if (!isWalked(inner)) return inner;
+    let copy = copies.get(inner);
+    if (!copy) {
+      copy = Array.isArray(inner) ? new Array<unknown>(inner.length) : {};
+      copies.set(inner, copy);
+      waiting.push(inner);
     }
-    if (Array.isArray(input)) return input.map(clean);
-    if (input && typeof input === 'object') {
-      // Keys too: a service may echo a key as a property name. fromEntries defines own properties, so a
-      // `__proto__` key stays a key.
-      return Object.fromEntries(
-        Object.entries(input).map(([key, inner]) => [clean(key) as string, clean(inner)]),
-      );
-    }
-    return input;
+    return copy;
   };
-  return clean(value) as T;
+  const root = converted(value);
+  for (let source = waiting.pop(); source !== undefined; source = waiting.pop()) {
+    const copy = copies.get(source)!;
+    if (Array.isArray(source)) {
+      const list = copy as unknown[];
+      for (let index = 0; index < source.length; index++) list[index] = converted(source[index]);
+      continue;
+    }
+    // Defined, not assigned: a `__proto__` property name stays a property, the copy's prototype untouched.
+    for (const [key, inner] of Object.entries(source)) {
+      Object.defineProperty(copy, change(key), {
+        value: converted(inner),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+  }
+  return root as T;
+}
+
+/**
+ * Whether a value holds one of the secrets (in a string or a property name, at any depth, in any form of
+ * `secretForms`). Decided on the parsed value: a key a service echoes JSON-escaped (`\u002B`, `\/`) is plain
+ * once parsed. Walked without recursion and without copying: a clean value costs one pass.
+ */
+export function holdsSecret(value: unknown, secrets: ReadonlyArray<string | undefined>): boolean {
+  const forms = secretForms(secrets);
+  return forms.length > 0 && holdsAnyForm(value, forms);
+}
+
+/**
+ * Containers walked before the ones met are remembered. A JSON value is a tree, each container met once, so
+ * nothing need be remembered (remembering costs a clean answer twice the walk). Past this many, a value with a
+ * cycle, or parts shared many times over, has its containers remembered from then on, which ends the walk.
+ */
+const UNREMEMBERED_VISITS = 1_000_000;
+
+function holdsAnyForm(value: unknown, forms: readonly string[]): boolean {
+  if (typeof value === 'string') return holdsForm(value, forms);
+  if (!isWalked(value)) return false;
+  let visits = 0;
+  let seen: Set<object> | undefined;
+  const waiting: Array<Record<string, unknown> | unknown[]> = [value];
+  /** Whether an inner value is a string holding a secret; a container is put on the list instead. */
+  const holds = (inner: unknown): boolean => {
+    if (typeof inner === 'string') return holdsForm(inner, forms);
+    if (!isWalked(inner)) return false;
+    if (++visits > UNREMEMBERED_VISITS) {
+      seen ??= new Set();
+      if (seen.has(inner)) return false;
+      seen.add(inner);
+    }
+    waiting.push(inner);
+    return false;
+  };
+  for (let source = waiting.pop(); source !== undefined; source = waiting.pop()) {
+    if (Array.isArray(source)) {
+      for (const inner of source) if (holds(inner)) return true;
+      continue;
+    }
+    for (const key of Object.keys(source)) if (holdsForm(key, forms) || holds(source[key])) return true;
+  }
+  return false;
+}
+
+/**
+ * `value` with every secret replaced by `***`, in strings and property names, at any depth, as written and
+ * in the forms of `secretForms`. Addresses are left whole (an image address in a workflow is data). A value
+ * that holds no secret is returned as it is; otherwise a copy (the value itself is never changed).
+ */
+export function removeSecrets<T>(value: T, secrets: ReadonlyArray<string | undefined>): T {
+  const forms = secretForms(secrets);
+  if (forms.length === 0 || !holdsAnyForm(value, forms)) return value;
+  return mapStrings(value, (text) => withoutForms(text, forms));
+}
+
+/**
+ * An address and its query, if any. Linear: the part before the query cannot hold `?`, so a text of
+ * addresses without one is matched once, not tried again from every position.
+ */
+const ADDRESS_AND_QUERY = /((?:https?|wss?):\/\/[^\s"'?#]+)(\?[^\s"'#]*)?/gi;
+
+/**
+ * `text` with the query cut off every http(s) and ws(s) address (a signed address carries its signature
+ * there), for what users are shown about a failure. Never for data: a workflow's image address stays whole.
+ */
+export function shortenSignedAddresses(text: string): string {
+  return text.replace(ADDRESS_AND_QUERY, (whole, address: string, query?: string) =>
+    query ? `${address}?…` : whole,
+  );
+}
+
+/**
+ * What an error, a log line or a status may carry (a sentence, or a service's body at any depth): secrets
+ * removed, and signed addresses shortened in every string.
+ */
+export function cleanForReport<T>(value: T, secrets: ReadonlyArray<string | undefined>): T {
+  const forms = secretForms(secrets);
+  return mapStrings(value, (text) => shortenSignedAddresses(withoutForms(text, forms)));
 }

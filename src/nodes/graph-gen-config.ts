@@ -19,7 +19,7 @@ import {
   type NodeDefinitions,
 } from '../generation/workflows/definitions-cache';
 import { convertUiWorkflow, isUiWorkflow } from '../generation/workflows/ui-workflow';
-import { invalidInput, redact } from '../http/errors';
+import { invalidInput, removeSecrets } from '../http/errors';
 import {
   asServiceError,
   catalogTexts,
@@ -186,10 +186,13 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     return { definitions, key: target.key };
   }
 
-  /** Answers `{ok: true, ...}` or `{ok: false, code, message}`, never with the key in it. */
+  /**
+   * Answers `{ok: true, ...}` or `{ok: false, code, message}`, never with the key in it. Only the key is
+   * removed: addresses in definitions and converted workflows stay whole, as the runtime sees them.
+   */
   function answer(res: Response, work: () => Promise<{ result: Record<string, unknown>; key?: string }>) {
     work().then(
-      ({ result, key }) => res.json(key ? redact({ ok: true, ...result }, [key]) : { ok: true, ...result }),
+      ({ result, key }) => res.json(removeSecrets({ ok: true, ...result }, [key])),
       (error: unknown) => {
         const serviceError = asServiceError(error);
         res.json({ ok: false, code: serviceError.code, message: serviceError.message });

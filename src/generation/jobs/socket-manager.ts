@@ -6,7 +6,7 @@
  * No Node-RED inside.
  */
 import WebSocket from 'ws';
-import { redact } from '../../http/errors';
+import { cleanForReport, holdsSecret, removeSecrets } from '../../http/errors';
 import { DEFAULT_MAX_FRAME_BYTES, parseBinaryFrame, type BinaryFrame } from './frames';
 import { RecentMap } from './recent-map';
 
@@ -575,9 +575,14 @@ export class SocketManager {
       this.drop('text frame without a type');
       return;
     }
-    // An error message or traceback may echo a key: such an event is passed on without it.
-    // Searched in the text already decoded for JSON.parse: a string search, not a native call per frame.
-    if (this.echoesSecret(text)) message = redact(message, this.secrets);
+    // An error message or traceback may echo a key: such an event is passed on without it. A frame without
+    // escapes holds its strings as written, so a string search in the text decoded for JSON.parse decides;
+    // one with escapes (a key written `\u002B` or `\/`) is decided on the parsed value.
+    if (
+      this.secrets.length > 0 &&
+      (this.echoesSecret(text) || (text.includes('\\') && holdsSecret(message, this.secrets)))
+    )
+      message = removeSecrets(message, this.secrets);
     const { type, data: rawData } = message as { type: string; data?: unknown };
     const data =
       rawData && typeof rawData === 'object' && !Array.isArray(rawData)
@@ -629,11 +634,13 @@ export class SocketManager {
       return;
     }
     // A text frame carries a node's own words, which may echo a key as a text event does: passed on without it.
-    const frame =
-      parsed.frame.type === 3 &&
-      (this.echoesSecret(parsed.frame.nodeId) || this.echoesSecret(parsed.frame.text))
-        ? redact(parsed.frame, this.secrets)
-        : parsed.frame;
+    // A preview's metadata is JSON the server wrote: decided on its parsed value.
+    const echoes =
+      this.secrets.length > 0 &&
+      (parsed.frame.type === 3
+        ? this.echoesSecret(parsed.frame.nodeId) || this.echoesSecret(parsed.frame.text)
+        : parsed.frame.type === 4 && holdsSecret(parsed.frame.metadata, this.secrets));
+    const frame = echoes ? removeSecrets(parsed.frame, this.secrets) : parsed.frame;
     const bytes = buffer.length;
     if (frame.type === 4) {
       const promptId = frame.metadata.prompt_id;
@@ -768,9 +775,9 @@ export class SocketManager {
     }
   }
 
-  /** Logs through the logger, or the first user that takes logs; always redacted. */
+  /** Logs through the logger, or the first user that takes logs; always cleaned of secrets. */
   log(level: LogLevel, message: string): void {
-    const clean = redact(message, this.secrets);
+    const clean = cleanForReport(message, this.secrets);
     if (this.options.logger) {
       this.options.logger(level, clean);
       return;

@@ -47,7 +47,9 @@ export async function checkConnection(baseUrl: string, apiKey: string | undefine
     };
   } catch (error) {
     const serviceError =
-      error instanceof ServiceError ? error : new ServiceError('network', client.redact(String(error)));
+      error instanceof ServiceError
+        ? error
+        : new ServiceError('network', client.cleanForReport(String(error)));
     const sentences: Partial<Record<string, string>> = {
       unauthorized: apiKey
         ? `${address.host} refused the API key: check the key.`

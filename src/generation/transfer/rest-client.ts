@@ -6,7 +6,7 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { HttpClient, RawResponse } from '../../http/client';
-import { ServiceError, invalidInput, messageFromBody, redact } from '../../http/errors';
+import { ServiceError, invalidInput, messageFromBody } from '../../http/errors';
 import type { NodeTypeDefinition, Workflow } from '../workflows/workflow';
 import { describeSubmitProblems } from '../workflows/workflow';
 import { multipartBody, type FormPart } from './multipart-body';
@@ -281,7 +281,7 @@ export class GenerationRestClient {
       throw new ServiceError(
         'server_error',
         `the generation service answered the upload of "${filename}" without the stored name`,
-        { body: this.http.redact(result) },
+        { body: this.http.cleanForReport(result) },
       );
     }
     return result;
@@ -315,21 +315,21 @@ export class GenerationRestClient {
       const detail = messageFromBody(answer.body);
       throw new ServiceError(
         'invalid_request',
-        this.http.redact(
+        this.http.cleanForReport(
           problems
             ? `the generation service refused the workflow: ${problems}`
             : `the generation service refused submitting the workflow with HTTP 400: check the message's input${detail ? ` (the service said: ${detail})` : ''}`,
         ),
-        { status: 400, body: this.http.redact(answer.body) },
+        { status: 400, body: this.http.cleanForReport(answer.body) },
       );
     }
     if (problems) {
       throw new ServiceError(
         'invalid_request',
-        this.http.redact(`the generation service refused the workflow: ${problems}`),
+        this.http.cleanForReport(`the generation service refused the workflow: ${problems}`),
         {
           status: answer.status,
-          body: this.http.redact(answer.body),
+          body: this.http.cleanForReport(answer.body),
         },
       );
     }
@@ -339,7 +339,7 @@ export class GenerationRestClient {
         'the generation service accepted the workflow but sent no prompt_id',
         {
           status: answer.status,
-          body: this.http.redact(answer.body),
+          body: this.http.cleanForReport(answer.body),
         },
       );
     }
@@ -386,16 +386,15 @@ export class GenerationRestClient {
       response = await this.http.fetchForeign(target.href, signal);
     }
     if (response.status >= 400) {
-      const text = await response.body.text().catch(() => '');
-      const body = this.http.redact(redact(text.slice(0, 300), signed));
+      // Read bounded and cleaned whole (ServiceError cuts it afterwards): a signature that straddles a cut
+      // would otherwise survive in part.
+      const body = await this.http.errorBody(response.body, signed);
       const detail = messageFromBody(body);
       throw new ServiceError(
         response.status >= 500 ? 'server_error' : 'invalid_request',
-        this.http.redact(
-          redact(
-            `the storage host answered HTTP ${response.status} for ${named}${detail ? ` (${detail})` : ''}: the signed address may have expired; try the download again`,
-            signed,
-          ),
+        this.http.cleanForReport(
+          `the storage host answered HTTP ${response.status} for ${named}${detail ? ` (${detail})` : ''}: the signed address may have expired; try the download again`,
+          signed,
         ),
         { status: response.status, body },
       );
@@ -403,7 +402,7 @@ export class GenerationRestClient {
     const length = Number(header(response, 'content-length'));
     const contentType = header(response, 'content-type');
     return {
-      contentType: contentType === undefined ? undefined : this.http.redact(contentType),
+      contentType: contentType === undefined ? undefined : this.http.removeSecrets(contentType),
       contentLength: Number.isFinite(length) ? length : undefined,
       body: response.body,
     };
@@ -431,11 +430,11 @@ export class GenerationRestClient {
       throw new ServiceError(
         'server_error',
         'the generation service answered the queue list with something that is not a queue (queue_running and queue_pending arrays): check the base address in the config node',
-        { body: this.http.redact(JSON.stringify(body)?.slice(0, 300)) },
+        { body: this.http.cleanForReport(body) },
       );
     }
-    // The answer was already cleaned of this client's keys (HttpClient.json redacts an answer that holds
-    // one); what is left are other clients' keys in the entries' extra_data.
+    // The answer was already cleaned of this client's keys (HttpClient.json removes them); what is left are
+    // other clients' keys in the entries' extra_data.
     const clean: QueueState = { ...body };
     for (const list of lists) {
       const entries = body[list];

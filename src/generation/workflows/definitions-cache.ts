@@ -60,9 +60,9 @@ export const DIALOG_DEFINITIONS = {
 };
 
 /** A failed read as a ServiceError of the same code whose message is the sentence a dialog shows. */
-function definitionsFailure(error: unknown, host: string, hasKey: boolean, redact: (text: string) => string) {
+function definitionsFailure(error: unknown, host: string, hasKey: boolean, clean: (text: string) => string) {
   const serviceError =
-    error instanceof ServiceError ? error : new ServiceError('network', redact(String(error)));
+    error instanceof ServiceError ? error : new ServiceError('network', clean(String(error)));
   return new ServiceError(serviceError.code, sentenceFor(serviceError, host, hasKey));
 }
 
@@ -96,7 +96,7 @@ export async function connectionDefinitions(
     ]);
   } catch (error) {
     if (error === tooLate) throw error;
-    throw definitionsFailure(error, host, !!apiKey, (text) => connection.http.redact(text));
+    throw definitionsFailure(error, host, !!apiKey, (text) => connection.http.cleanForReport(text));
   } finally {
     clearTimeout(timer);
   }
@@ -128,7 +128,7 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
     const rest = new GenerationRestClient(http, undefined, source.maxBytes ?? DEFAULT_MAX_BYTES);
     return await rest.nodeDefinitions();
   } catch (error) {
-    throw definitionsFailure(error, address.host, !!source.apiKey, (text) => http.redact(text));
+    throw definitionsFailure(error, address.host, !!source.apiKey, (text) => http.cleanForReport(text));
   } finally {
     await http.close();
   }
