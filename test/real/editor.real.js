@@ -149,6 +149,8 @@ describe('real ComfyUI: the submit dialog shows the server’s choices', functio
     await definitionsRead();
     const later = await uploadImage(`${prefix('editor-later')}.png`);
     assert.ok(!(await page.locator(`${row(10, 'image')} select option`).allInnerTexts()).includes(later));
+    // A server's definitions are read again at most every 10 s, however often refresh is asked.
+    await new Promise((resolve) => setTimeout(resolve, 10_500));
     await page.click('#graph-gen-submit-refresh');
     await page.waitForFunction(
       ([selector, name]) =>

@@ -51,7 +51,8 @@ describe('real ComfyUI: queue', function () {
     // What a config node's connection makes of it: the list is used, and stays in use.
     const connection = new GenerationConnection({ baseUrl: comfy.url });
     try {
-      const ids = await connection.queueIds();
+      const ids = await connection.queue();
+      assert.equal(ids.kind, 'read', JSON.stringify(ids));
       assert.ok(ids.running.has(running), JSON.stringify([...ids.running]));
       assert.ok(ids.pending.has(pending), JSON.stringify([...ids.pending]));
       assert.equal(connection.lookup.absentRoutes.includes('jobs_list'), false);

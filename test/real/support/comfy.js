@@ -1,36 +1,41 @@
 'use strict';
 // The real ComfyUI that test/real/ runs against (loaded by .mocharc.real.json, so its hooks are mocha root
-// hooks). COMFY_URL set: that server, as is (never restarted, never stopped). Otherwise the test kit beside the
-// repository (../shared/peers/comfyui): install.sh into COMFY_HOME (default .ci-cache/comfyui-real), start.sh
-// on a free port with empty data folders, stop.sh at the end; only then can a test restart the server.
+// hooks). COMFY_URL set: that server, as is (never restarted, never stopped). Otherwise a test kit beside the
+// repository: COMFY_KIT=comfyui (the default, ../shared/peers/comfyui, ComfyUI v0.8.0) or COMFY_KIT=comfyui-new
+// (../shared/peers/comfyui-new, v0.33.0). install.sh into COMFY_HOME (default .ci-cache/<kit>-real), start.sh on
+// a free port with empty data folders and the kit's PreviewProbe test node loaded, stop.sh at the end; only then
+// can a test restart the server. The server's version (from /api/system_stats) is `comfy.version`.
 const fs = require('node:fs');
 const path = require('node:path');
 const { execFile, spawnSync } = require('node:child_process');
 const { freePort } = require('../../../scripts/start');
 
 const ROOT = path.resolve(__dirname, '../../..');
-const KIT = path.resolve(ROOT, '../shared/peers/comfyui');
+const KIT_NAME = process.env.COMFY_KIT || 'comfyui';
+const KIT = path.resolve(ROOT, '../shared/peers', KIT_NAME);
+/** The test node that sends previews without a model; it ships with the newer kit and runs on both. */
+const PREVIEW_PROBE = path.resolve(ROOT, '../shared/peers/comfyui-new/preview_probe');
 const INSTALL_TIMEOUT_MS = 30 * 60_000; // apt-get of about 270 packages on a new machine
 const START_TIMEOUT_MS = 3 * 60_000;
 
 const givenUrl = process.env.COMFY_URL ? process.env.COMFY_URL.trim().replace(/\/+$/, '') : '';
 const kitPresent = fs.existsSync(path.join(KIT, 'start.sh'));
 const managed = !givenUrl && kitPresent;
-const home = path.resolve(process.env.COMFY_HOME || path.join(ROOT, '.ci-cache/comfyui-real'));
+const home = path.resolve(process.env.COMFY_HOME || path.join(ROOT, `.ci-cache/${KIT_NAME}-real`));
 
 const NO_SERVER =
-  'No ComfyUI to test against: set COMFY_URL to a running self-hosted ComfyUI v0.8.0 without an API key ' +
-  `(e.g. COMFY_URL=http://127.0.0.1:8188 npm run test:real), or put the test kit at ${KIT} ` +
+  'No ComfyUI to test against: set COMFY_URL to a running self-hosted ComfyUI (v0.8.0 or later) without an API ' +
+  `key (e.g. COMFY_URL=http://127.0.0.1:8188 npm run test:real), or put the test kit at ${KIT} ` +
   '(the shared/ folder beside this repository) so the suite installs and starts one itself.';
 
 let port;
 let started = false;
 
-function run(script, env, timeoutMs) {
+function run(script, env, timeoutMs, args = []) {
   return new Promise((resolve, reject) => {
     execFile(
       'bash',
-      [path.join(KIT, script)],
+      [path.join(KIT, script), ...args],
       { env: { ...process.env, ...env, COMFY_HOME: home }, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },
       (error, stdout, stderr) => {
         const output = `${stdout}${stderr}`.trim();
@@ -52,8 +57,21 @@ function runningPid() {
   }
 }
 
+/** The probe node in the server's custom nodes, and what start.sh needs to load it (whitelisted by name). */
+function probeArguments() {
+  if (!fs.existsSync(PREVIEW_PROBE)) return [];
+  const target = path.join(home, 'data/custom_nodes/comfy_preview_probe');
+  fs.rmSync(target, { recursive: true, force: true });
+  fs.mkdirSync(path.dirname(target), { recursive: true });
+  fs.cpSync(PREVIEW_PROBE, target, { recursive: true });
+  return ['--whitelist-custom-nodes', 'comfy_preview_probe'];
+}
+
 async function start(clean) {
-  await run('start.sh', { COMFY_PORT: String(port), COMFY_CLEAN: clean ? '1' : '0' }, START_TIMEOUT_MS);
+  const env = { COMFY_PORT: String(port), COMFY_CLEAN: clean ? '1' : '0', COMFY_PREVIEW_PROBE: '0' };
+  // Under data/custom_nodes, which COMFY_CLEAN leaves alone.
+  const extra = probeArguments();
+  await run('start.sh', env, START_TIMEOUT_MS, extra);
   started = true;
 }
 
@@ -79,9 +97,34 @@ async function answers(url) {
   }
 }
 
+/** [major, minor, patch] of a version text. */
+function parts(version) {
+  return String(version ?? '')
+    .replace(/^v/, '')
+    .split('.')
+    .map((part) => Number.parseInt(part, 10) || 0);
+}
+
+async function versionOf(url) {
+  const response = await fetch(`${url}/api/system_stats`, { signal: AbortSignal.timeout(10_000) });
+  const stats = await response.json();
+  return String(stats?.system?.comfyui_version ?? 'unknown');
+}
+
 const comfy = {
   /** The server's base address (set by the root hook, before any test runs). */
   url: givenUrl || undefined,
+  /** Its `system.comfyui_version`, e.g. "0.33.0" (set by the root hook). */
+  version: undefined,
+  /** Whether the server is at least this version ("0.26"). */
+  atLeast(minimum) {
+    const have = parts(comfy.version);
+    const want = parts(minimum);
+    for (let index = 0; index < 3; index++) {
+      if ((have[index] ?? 0) !== (want[index] ?? 0)) return (have[index] ?? 0) > (want[index] ?? 0);
+    }
+    return true;
+  },
   /** True when this suite installed and started the server itself. */
   managed,
   /** Why restart() is missing, when it is. */
@@ -108,6 +151,8 @@ const mochaHooks = {
           `COMFY_URL=${givenUrl} does not answer GET /api/system_stats: start that server first.`,
         );
       }
+      comfy.version = await versionOf(givenUrl);
+      process.stdout.write(`  real ComfyUI ${comfy.version}: ${givenUrl}\n`);
       return;
     }
     if (!managed) throw new Error(NO_SERVER);
@@ -123,7 +168,8 @@ const mochaHooks = {
     port = Number(process.env.COMFY_PORT) || (await freePort());
     await start(true);
     comfy.url = `http://127.0.0.1:${port}`;
-    process.stdout.write(`  real ComfyUI: ${comfy.url} (started from ${home})\n`);
+    comfy.version = await versionOf(comfy.url);
+    process.stdout.write(`  real ComfyUI ${comfy.version}: ${comfy.url} (started from ${home})\n`);
   },
   async afterAll() {
     this.timeout(90_000);
