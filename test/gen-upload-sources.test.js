@@ -306,4 +306,11 @@ describe('graph-gen-upload sources: data: URL, base64, http(s) URL', () => {
       new RegExp(`^The file at 127.0.0.1:${port} could not be fetched \\(ECONNREFUSED\\)`),
     );
   });
+
+  it('takes a URL timeout longer than a Node timer holds (2^31 ms and more) as no limit, not as 1 ms', async () => {
+    await loadUpload({ urlTimeout: 2 ** 31 / 1000 + 1 });
+    const msg = await outputOf('n', { payload: `${imageHost.url}/img/fox.png` });
+    assert.equal(msg.filename, 'fox.png');
+    assert.equal(uploads()[0].sha256, sha(image));
+  });
 });

@@ -12,6 +12,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ServiceError, invalidInput } from '../../http/errors';
+import { timeLimitSignal } from '../../timers';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
 export type PayloadSetting = 'auto' | 'path' | 'base64';
@@ -22,7 +23,7 @@ export type PayloadKind = 'bytes' | 'data-url' | 'url' | 'path' | 'base64';
 export interface UrlLimits {
   /** The largest file fetched from a URL, in bytes. */
   maxBytes: number;
-  /** The whole fetch (redirects and body) must end within this. */
+  /** The whole fetch (redirects and body) must end within this (a longer time than a timer holds: ~24.8 days). */
   timeoutMs: number;
 }
 
@@ -195,7 +196,7 @@ async function fetchToTemporaryFile(
     );
   }
   const firstUrl = url;
-  const timeout = AbortSignal.timeout(limits.timeoutMs);
+  const timeout = timeLimitSignal(limits.timeoutMs);
   const stop = signal ? AbortSignal.any([signal, timeout]) : timeout;
   // A pool of its own: the service's pool carries the service's key, and a slow image host must not hold
   // the service's connections.
