@@ -34,6 +34,8 @@ interface UploadDef extends NodeDef {
   urlLimit?: number | string;
   /** Seconds a URL fetch may take, all of it. */
   urlTimeout?: number | string;
+  /** Whether a URL may reach loopback, private and link-local addresses (absent on older nodes: no). */
+  urlLocal?: boolean;
 }
 
 type UploadMessage = NodeMessageInFlow & {
@@ -68,6 +70,7 @@ export = function (RED: NodeAPI) {
     const limits: UrlLimits = {
       maxBytes: Math.round(positive(def.urlLimit, DEFAULT_URL_LIMITS.maxBytes / 2 ** 20) * 2 ** 20),
       timeoutMs: Math.round(positive(def.urlTimeout, DEFAULT_URL_LIMITS.timeoutMs / 1000) * 1000),
+      allowLocal: def.urlLocal === true,
     };
     const status = showSocketTrouble(RED, node, def.server, texts);
 

@@ -4,8 +4,10 @@
  * temporary file (so the upload knows its length and a retried attempt can read it again), through a
  * connection pool of its own, with no key or service header, a size limit and a time limit. No Node-RED inside.
  */
+import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns';
 import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { isIP } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Transform } from 'node:stream';
@@ -13,6 +15,7 @@ import { pipeline } from 'node:stream/promises';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ServiceError, invalidInput } from '../../http/errors';
 import { timeLimitSignal } from '../../timers';
+import { bareAddress, isLocalAddress } from './local-address';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
 export type PayloadSetting = 'auto' | 'path' | 'base64';
@@ -25,9 +28,18 @@ export interface UrlLimits {
   maxBytes: number;
   /** The whole fetch (redirects and body) must end within this (a longer time than a timer holds: ~24.8 days). */
   timeoutMs: number;
+  /**
+   * Whether the URL, and every address it redirects to, may reach loopback, private and link-local
+   * addresses (see local-address.ts). Off, they are refused before anything is sent to them.
+   */
+  allowLocal: boolean;
 }
 
-export const DEFAULT_URL_LIMITS: UrlLimits = { maxBytes: 100 * 1024 * 1024, timeoutMs: 60_000 };
+export const DEFAULT_URL_LIMITS: UrlLimits = {
+  maxBytes: 100 * 1024 * 1024,
+  timeoutMs: 60_000,
+  allowLocal: false,
+};
 
 /** Redirects followed from an image URL, at most. */
 export const MAX_URL_REDIRECTS = 5;
@@ -106,6 +118,11 @@ export async function readUploadSource(
     signal?: AbortSignal;
     /** Called when a URL is about to be fetched (the node says so in its status). */
     onFetch?: () => void;
+    /**
+     * Which addresses count as local (default: `isLocalAddress`). Tests, which stand in for the internet
+     * on 127.0.0.1, narrow it.
+     */
+    isLocal?: (address: string) => boolean;
   } = {},
 ): Promise<UploadSource> {
   const { filename, limits = DEFAULT_URL_LIMITS, signal } = options;
@@ -132,7 +149,7 @@ export async function readUploadSource(
       return { kind, source: decodeBase64(text, 'msg.payload'), name: filename, release: nothingToRelease };
     case 'url':
       options.onFetch?.();
-      return fetchToTemporaryFile(text, filename, limits, signal);
+      return fetchToTemporaryFile(text, filename, limits, signal, options.isLocal ?? isLocalAddress);
     default:
       return { kind: 'path', source: payload, name: filename, release: nothingToRelease };
   }
@@ -172,16 +189,74 @@ function header(headers: Dispatcher.ResponseData['headers'], name: string): stri
   return Array.isArray(value) ? value[0] : value;
 }
 
+/** The sentence for a local address the node's setting does not allow. */
+function localRefused(where: string, address: string): ServiceError {
+  return invalidInput(
+    `${where} ${address}, a local address (this machine, a private network or link-local): the upload node fetches from such addresses only with "Local addresses" allowed in its settings`,
+  );
+}
+
+/**
+ * Refuses, before anything is sent to it, an address the fetch may not go to: a redirect from https to
+ * http, and (unless allowed) an IP address that is local. A host name is checked once it is resolved, by
+ * `guardedLookup`.
+ */
+function checkAddress(
+  url: URL,
+  from: URL | undefined,
+  limits: UrlLimits,
+  isLocal: (address: string) => boolean,
+): void {
+  if (from?.protocol === 'https:' && url.protocol === 'http:') {
+    throw invalidInput(
+      `${hostOf(from)} redirected the file from https to plain http (${hostOf(url)}), which is refused: give an address that stays on https`,
+    );
+  }
+  const address = bareAddress(url.hostname);
+  if (!limits.allowLocal && isIP(address) !== 0 && isLocal(address)) {
+    throw localRefused(
+      from ? `${hostOf(from)} redirected the file to` : 'The URL in msg.payload points to',
+      hostOf(url),
+    );
+  }
+}
+
+/**
+ * A DNS lookup for the fetch's connections (undici's `connect.lookup`, which net and tls call) that refuses
+ * a host name resolving to a local address; `onRefused` keeps the sentence, which undici may wrap.
+ */
+function guardedLookup(isLocal: (address: string) => boolean, onRefused: (error: ServiceError) => void) {
+  return (
+    hostname: string,
+    options: LookupOptions,
+    callback: (error: Error | null, address: string | LookupAddress[], family?: number) => void,
+  ): void => {
+    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, []);
+      const local = addresses.find((entry) => isLocal(entry.address));
+      if (local) {
+        const refusal = localRefused(`The URL's host ${hostname} resolves to`, local.address);
+        onRefused(refusal);
+        return callback(refusal, []);
+      }
+      if (options.all) return callback(null, addresses);
+      callback(null, addresses[0].address, addresses[0].family);
+    });
+  };
+}
+
 /**
  * Streams a URL's file into a temporary directory: redirects followed up to MAX_URL_REDIRECTS (http and
- * https only), the size checked against Content-Length and again while the bytes arrive, the whole fetch
- * bounded by `timeoutMs`. Errors name the host that failed, never a path or query.
+ * https only, never from https to http), each address checked before it is connected to (see
+ * `checkAddress`, `guardedLookup`), the size checked against Content-Length and again while the bytes
+ * arrive, the whole fetch bounded by `timeoutMs`. Errors name the host that failed, never a path or query.
  */
 async function fetchToTemporaryFile(
   address: string,
   filename: string | undefined,
   limits: UrlLimits,
-  signal?: AbortSignal,
+  signal: AbortSignal | undefined,
+  isLocal: (address: string) => boolean,
 ): Promise<UploadSource> {
   let url: URL;
   try {
@@ -198,9 +273,13 @@ async function fetchToTemporaryFile(
   const firstUrl = url;
   const timeout = timeLimitSignal(limits.timeoutMs);
   const stop = signal ? AbortSignal.any([signal, timeout]) : timeout;
+  let refusal: ServiceError | undefined;
   // A pool of its own: the service's pool carries the service's key, and a slow image host must not hold
   // the service's connections.
-  const agent = new Agent({ connections: 1 });
+  const agent = new Agent({
+    connections: 1,
+    connect: limits.allowLocal ? {} : { lookup: guardedLookup(isLocal, (error) => (refusal = error)) },
+  });
   let directory: string | undefined;
   const release = async (): Promise<void> => {
     if (directory) await rm(directory, { recursive: true, force: true });
@@ -208,6 +287,7 @@ async function fetchToTemporaryFile(
   };
   try {
     let response: Dispatcher.ResponseData;
+    checkAddress(url, undefined, limits, isLocal);
     for (let redirects = 0; ; redirects++) {
       response = await request(url, {
         method: 'GET',
@@ -234,6 +314,7 @@ async function fetchToTemporaryFile(
           `${hostOf(url)} redirected the file to ${next ? `a ${next.protocol} address` : 'no readable address'}; only http and https are followed`,
         );
       }
+      checkAddress(next, url, limits, isLocal);
       url = next;
     }
     const host = hostOf(url);
@@ -269,7 +350,7 @@ async function fetchToTemporaryFile(
     return { kind: 'url', source: file, name, release };
   } catch (error) {
     await release();
-    throw fetchError(error, hostOf(url), limits, signal, timeout);
+    throw refusal ?? fetchError(error, hostOf(url), limits, signal, timeout);
   } finally {
     void agent.destroy().catch(() => undefined);
   }
