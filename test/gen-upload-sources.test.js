@@ -123,6 +123,16 @@ describe('graph-gen-upload sources: data: URL, base64, http(s) URL', () => {
     assert.equal(uploads()[1].sha256, sha(Buffer.from('a bé')));
   });
 
+  it('a data: URL without ;base64 is percent-decoded into bytes (any byte, not only UTF-8 text)', async () => {
+    await loadUpload();
+    await outputOf('n', { payload: 'data:application/octet-stream,%FF%D8%00%80ok%2', filename: 'raw.bin' });
+    assert.equal(uploads()[0].sha256, sha(Buffer.from([0xff, 0xd8, 0x00, 0x80, 0x6f, 0x6b, 0x25, 0x32])));
+    assert.equal(uploads()[0].size, 8);
+    // With ;base64 the data is percent-decoded first, as browsers read it.
+    await outputOf('n', { payload: 'data:text/plain;base64,aGk%3D', filename: 'hi.txt' });
+    assert.equal(uploads()[1].sha256, sha(Buffer.from('hi')));
+  });
+
   it('uploads base64 text: auto takes 64+ base64 characters (white space ignored), base64 mode any length', async () => {
     await loadUpload();
     const wrapped = image.toString('base64').replace(/.{76}/g, '$&\n').trim();

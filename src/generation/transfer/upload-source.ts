@@ -89,18 +89,49 @@ function decodeBase64(text: string, what: string): Buffer {
   return Buffer.from(compact, 'base64');
 }
 
-/** The bytes of a `data:` URL (`data:[<type>][;base64],<data>`). */
+const PERCENT = 0x25;
+
+function hexValue(byte: number): number {
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
+  const lower = byte | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x57 : -1;
+}
+
+/**
+ * Percent-decoding as URLs do it: each `%XX` is the byte XX (any byte, not only UTF-8 text), every other
+ * character its UTF-8 bytes, a `%` without two hex digits itself.
+ */
+export function percentDecode(text: string): Buffer {
+  const bytes = Buffer.from(text, 'utf8');
+  if (!bytes.includes(PERCENT)) return bytes;
+  let length = 0;
+  for (let index = 0; index < bytes.length; index++) {
+    const high = bytes[index] === PERCENT ? hexValue(bytes[index + 1]) : -1;
+    const low = high >= 0 ? hexValue(bytes[index + 2]) : -1;
+    if (low >= 0) {
+      bytes[length++] = (high << 4) | low;
+      index += 2;
+    } else {
+      bytes[length++] = bytes[index];
+    }
+  }
+  return bytes.subarray(0, length);
+}
+
+/**
+ * The bytes of a `data:` URL (`data:[<type>][;base64],<data>`), as the Fetch standard reads one: the data
+ * percent-decoded, then, with `;base64`, base64-decoded.
+ */
 export function decodeDataUrl(text: string): Buffer {
   const comma = text.indexOf(',');
   if (comma < 0) throw invalidInput('msg.payload is a data: URL without a comma before its data');
   const meta = text.slice(5, comma);
   const data = text.slice(comma + 1);
-  if (/;base64$/i.test(meta)) return decodeBase64(data, 'The data of the data: URL in msg.payload');
-  try {
-    return Buffer.from(decodeURIComponent(data), 'utf8');
-  } catch {
-    throw invalidInput('The data of the data: URL in msg.payload has a broken percent-encoding');
+  if (/;\s*base64\s*$/i.test(meta)) {
+    const base64 = data.includes('%') ? percentDecode(data).toString('latin1') : data;
+    return decodeBase64(base64, 'The data of the data: URL in msg.payload');
   }
+  return percentDecode(data);
 }
 
 /**
