@@ -297,6 +297,76 @@ describe('graph-gen-download', () => {
     }
   });
 
+  describe('buffer limit', () => {
+    const { startRogueServer } = require('./support/rogue-server');
+    let rogue;
+    let closed;
+    beforeEach(async () => {
+      rogue = await startRogueServer();
+      closed = 0;
+    });
+    afterEach(async () => rogue.close());
+
+    /** Answers with a head that announces `announced` bytes (none: chunked) and then streams until stopped. */
+    function serveEndless(announced) {
+      rogue.handle = (_req, res) => {
+        res.writeHead(200, {
+          'content-type': 'video/mp4',
+          ...(announced === undefined ? {} : { 'content-length': String(announced) }),
+        });
+        const chunk = Buffer.alloc(64 * 1024, 1);
+        const pump = () => {
+          while (!res.destroyed && res.write(chunk));
+        };
+        res.on('drain', pump);
+        res.on('close', () => closed++);
+        pump();
+      };
+    }
+
+    it('refuses a file whose Content-Length is over the limit (default 512 MiB) before reading it', async () => {
+      serveEndless(8 * 1024 ** 3);
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', { payload: fox });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.equal(
+        failure.error.message,
+        `"${fox.filename}" is 8 GiB, more than the download node's buffer limit of 512 MiB: raise "Buffer limit" in the node, or save the file with file output`,
+      );
+    });
+
+    it('stops a file without Content-Length once it passes the limit set in the node', async () => {
+      serveEndless(undefined);
+      await load(flowWith({ type: 'graph-gen-download', bufferLimit: 2 }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', { payload: fox });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.equal(
+        failure.error.message,
+        `"${fox.filename}" is larger than the download node's buffer limit of 2 MiB: raise "Buffer limit" in the node, or save the file with file output`,
+      );
+      // The answer was cut off, not read on without end.
+      while (closed === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.equal(rogue.seen.length, 1);
+    });
+
+    it('a file within the limit arrives; file mode has no buffer limit', async () => {
+      await load(flowWith({ type: 'graph-gen-download', bufferLimit: '0.05' }, { baseUrl: cloud.url }));
+      const small = await outputOf('n', { payload: owl });
+      assert.ok(small.payload.equals(owlBytes));
+      const failure = await failureOf('n', { payload: fox });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.equal(
+        failure.error.message,
+        `"${fox.filename}" is 70000 bytes, more than the download node's buffer limit of 52429 bytes: raise "Buffer limit" in the node, or save the file with file output`,
+      );
+      await helper.unload();
+      const target = path.join(directory, 'unlimited');
+      await loadFileMode(target, { bufferLimit: 0.01 });
+      const saved = await outputOf('n', { payload: fox });
+      assert.ok(fs.readFileSync(saved.payload).equals(foxBytes));
+    });
+  });
+
   it('refuses a payload that names no file', async () => {
     await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
     const failure = await failureOf('n', { payload: 'fox.png' });

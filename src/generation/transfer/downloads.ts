@@ -8,7 +8,8 @@ import { access, link, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { ServiceError, invalidInput } from '../../http/errors';
-import type { FileReference, GenerationRestClient } from './rest-client';
+import type { FileReference, GenerationRestClient, OpenFile } from './rest-client';
+import { MIB, sizeText } from './size-text';
 
 function isReference(value: unknown): value is FileReference {
   return (
@@ -77,29 +78,59 @@ export interface BufferedFile {
   contentType?: string;
 }
 
+/** The largest file buffer mode holds in memory unless the node says otherwise (file mode has no limit). */
+export const DEFAULT_BUFFER_LIMIT = 512 * MIB;
+
+function tooLargeForBuffer(ref: FileReference, maxBytes: number, size?: number): ServiceError {
+  return invalidInput(
+    `"${ref.filename}" is ${size === undefined ? 'larger than' : `${sizeText(size)}, more than`} the download node's buffer limit of ${sizeText(maxBytes)}: raise "Buffer limit" in the node, or save the file with file output`,
+  );
+}
+
 /**
- * Downloads a file whole into memory (buffer mode). With a Content-Length the Buffer is allocated once at
- * that size and filled as the bytes arrive, so memory peaks at the file's size, not twice it; without one
- * (or with a wrong one) the chunks are joined at the end.
+ * Downloads a file whole into memory (buffer mode), up to `maxBytes`: a larger Content-Length is refused
+ * before a byte is read, and a body that grows past the limit is stopped. With a Content-Length the Buffer
+ * is allocated once at that size and filled as the bytes arrive, so memory peaks at the file's size, not
+ * twice it; without one (or with a wrong one) the chunks are joined at the end.
  */
 export async function downloadToBuffer(
   rest: GenerationRestClient,
   ref: FileReference,
+  maxBytes: number,
   signal?: AbortSignal,
 ): Promise<BufferedFile> {
   const file = await rest.openFile(ref, signal);
+  if (file.contentLength !== undefined && file.contentLength > maxBytes) {
+    // Destroyed, not drained: reading what is announced is what the limit is there to prevent.
+    file.body.destroy();
+    throw tooLargeForBuffer(ref, maxBytes, file.contentLength);
+  }
   try {
-    return { payload: await readWhole(file.body, file.contentLength), contentType: file.contentType };
+    return {
+      payload: await readWhole(file.body, file.contentLength, maxBytes, ref),
+      contentType: file.contentType,
+    };
   } catch (error) {
     throw interrupted(ref, error);
   }
 }
 
-async function readWhole(body: AsyncIterable<Buffer>, length: number | undefined): Promise<Buffer> {
+async function readWhole(
+  body: OpenFile['body'],
+  length: number | undefined,
+  maxBytes: number,
+  ref: FileReference,
+): Promise<Buffer> {
   let whole = length !== undefined && length > 0 ? Buffer.allocUnsafe(length) : undefined;
   let filled = 0;
+  let received = 0;
   const spill: Buffer[] = [];
-  for await (const chunk of body) {
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    received += chunk.length;
+    if (received > maxBytes) {
+      body.destroy();
+      throw tooLargeForBuffer(ref, maxBytes);
+    }
     if (whole && filled + chunk.length <= whole.length) {
       chunk.copy(whole, filled);
       filled += chunk.length;

@@ -16,6 +16,7 @@ import { Agent, request, type Dispatcher } from 'undici';
 import { ServiceError, invalidInput } from '../../http/errors';
 import { timeLimitSignal } from '../../timers';
 import { bareAddress, isLocalAddress } from './local-address';
+import { sizeText } from './size-text';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
 export type PayloadSetting = 'auto' | 'path' | 'base64';
@@ -58,7 +59,6 @@ export interface UploadSource {
 const MIN_AUTO_BASE64 = 64;
 const BASE64_TEXT = /^[A-Za-z0-9+/_-]+={0,2}$/;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
-const MIB = 1024 * 1024;
 
 const nothingToRelease = async (): Promise<void> => undefined;
 
@@ -202,11 +202,6 @@ export function nameFromUrl(url: URL): string | undefined {
   }
   if (name === '' || name === '.' || name === '..' || /[/\\\0]/.test(name)) return undefined;
   return name;
-}
-
-function sizeText(bytes: number): string {
-  const mib = bytes / MIB;
-  return mib >= 1 ? `${Number(mib.toFixed(1))} MiB` : `${bytes} bytes`;
 }
 
 function tooLarge(host: string, limits: UrlLimits, size?: number): ServiceError {
