@@ -3,8 +3,8 @@
  * buffering a download. No Node-RED inside.
  */
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, type WriteStream } from 'node:fs';
-import { access, link, mkdir, rename, unlink } from 'node:fs/promises';
+import { createWriteStream, type Stats } from 'node:fs';
+import { link, lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { ServiceError, invalidInput } from '../../http/errors';
@@ -152,6 +152,71 @@ async function readWhole(
  */
 const WRITE_BEHIND = 1 << 20;
 
+/** A file name for a sentence: a long one is shortened in the middle. */
+function shownName(name: string): string {
+  return name.length > 60 ? `${name.slice(0, 40)}…${name.slice(-12)}` : name;
+}
+
+function errorCode(error: unknown): string | undefined {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/**
+ * Why a file cannot be saved, by the file system's error code, in a sentence that says what to fix. It is
+ * `invalid_input`: where files go is the flow's choice, and trying again would not help.
+ */
+function cannotSave(ref: FileReference, directory: string, code: string | undefined): ServiceError {
+  const name = `"${shownName(ref.filename)}"`;
+  switch (code) {
+    case 'ENOTDIR':
+      return invalidInput(
+        `${name} cannot be saved: ${directory} is not a directory (a file is in its place or in its path): choose another directory`,
+      );
+    case 'ENAMETOOLONG':
+      return invalidInput(
+        `${name} cannot be saved in ${directory}: the name is longer than its file system allows`,
+      );
+    case 'EISDIR':
+      return invalidInput(
+        `${name} cannot be saved in ${directory}: a directory of that name is there, and it is not replaced`,
+      );
+    case 'EACCES':
+    case 'EPERM':
+    case 'EROFS':
+      return invalidInput(
+        `${name} cannot be saved in ${directory}: Node-RED may not write there (${code}): choose another directory or let Node-RED write to it`,
+      );
+    default:
+      return invalidInput(
+        `${name} cannot be saved in ${directory} (${code ?? 'file system error'}): check the directory`,
+      );
+  }
+}
+
+/**
+ * Checks the target's place before anything is requested: the directory is made if missing (refused when
+ * it, or a part of its path, is a file), the name must fit the file system, a directory of that name is
+ * never replaced, and an existing file only with `overwrite`.
+ */
+async function prepareTarget(target: string, ref: FileReference, directory: string, overwrite: boolean) {
+  try {
+    await mkdir(path.dirname(target), { recursive: true });
+  } catch (error) {
+    // mkdir says EEXIST when the directory itself is a file.
+    const code = errorCode(error);
+    throw cannotSave(ref, directory, code === 'EEXIST' ? 'ENOTDIR' : code);
+  }
+  let found: Stats | undefined;
+  try {
+    found = await lstat(target);
+  } catch (error) {
+    if (errorCode(error) !== 'ENOENT') throw cannotSave(ref, directory, errorCode(error));
+  }
+  if (found?.isDirectory()) throw cannotSave(ref, directory, 'EISDIR');
+  if (found && !overwrite) throw alreadyExists(ref, directory);
+}
+
 /** A new file to write: `wx`, so it never takes over a file that is there. */
 async function createFile(file: string, ref: FileReference, directory: string) {
   const out = createWriteStream(file, { flags: 'wx', highWaterMark: WRITE_BEHIND });
@@ -161,8 +226,7 @@ async function createFile(file: string, ref: FileReference, directory: string) {
       out.once('error', reject);
     });
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw invalidInput(`"${ref.filename}" cannot be written to ${directory} (${code ?? String(error)})`);
+    throw cannotSave(ref, directory, errorCode(error));
   }
   return out;
 }
@@ -173,17 +237,15 @@ function alreadyExists(ref: FileReference, directory: string): ServiceError {
   );
 }
 
-async function exists(file: string): Promise<boolean> {
-  return access(file).then(
-    () => true,
-    () => false,
-  );
+/** What is at `file`, if anything. */
+async function lstatOrNothing(file: string): Promise<Stats | undefined> {
+  return lstat(file).catch(() => undefined);
 }
 
 /**
  * Puts the finished temporary file at `target`. Overwriting is a rename, atomic: the target is the old file
  * or the new one, never a mix. Otherwise a hard link, which refuses a file that appeared meanwhile (a
- * rename where the file system has no links).
+ * rename where the file system has no links). A directory that took the name meanwhile is kept.
  */
 async function place(
   temporary: string,
@@ -199,8 +261,9 @@ async function place(
   try {
     await link(temporary, target);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST' || (await exists(target)))
-      throw alreadyExists(ref, directory);
+    const found = await lstatOrNothing(target);
+    if (found?.isDirectory()) throw cannotSave(ref, directory, 'EISDIR');
+    if (errorCode(error) === 'EEXIST' || found) throw alreadyExists(ref, directory);
     await rename(temporary, target);
     return;
   }
@@ -208,10 +271,11 @@ async function place(
 }
 
 /**
- * Streams a file into `directory` under the service's name. An existing file is kept unless `overwrite`
- * (refused before anything is requested). The bytes go to a temporary file beside the target, which takes
- * the target's place only once the file is complete: a transfer that breaks off, or a redeploy that stops
- * it, leaves the old file as it was and no partial file; two downloads of one name never interleave.
+ * Streams a file into `directory` under the service's name. The target's place is checked, and the
+ * temporary file made, before anything is requested (see `prepareTarget`); an existing file is kept unless
+ * `overwrite`. The bytes go to a temporary file beside the target, which takes the target's place only once
+ * the file is complete: a transfer that breaks off, or a redeploy that stops it, leaves the old file as it
+ * was and no partial file; two downloads of one name never interleave.
  */
 export async function downloadToDirectory(
   rest: GenerationRestClient,
@@ -221,23 +285,31 @@ export async function downloadToDirectory(
   signal?: AbortSignal,
 ): Promise<{ path: string; contentType?: string; size: number }> {
   const target = targetPath(directory, ref.filename);
-  await mkdir(path.dirname(target), { recursive: true });
-  if (!overwrite && (await exists(target))) throw alreadyExists(ref, directory);
-  const file = await rest.openFile(ref, signal);
+  await prepareTarget(target, ref, directory, overwrite);
   const temporary = path.join(path.dirname(target), `.graph-gen-${randomBytes(8).toString('hex')}.part`);
-  let out: WriteStream;
+  const out = await createFile(temporary, ref, directory);
+  const discard = async () => {
+    out.destroy();
+    await unlink(temporary).catch(() => undefined);
+  };
+  let file: OpenFile;
   try {
-    out = await createFile(temporary, ref, directory);
+    file = await rest.openFile(ref, signal);
   } catch (error) {
-    await file.body.dump().catch(() => undefined);
+    await discard();
     throw error;
   }
   try {
     await pipeline(file.body, out, { signal });
+  } catch (error) {
+    await discard();
+    throw interrupted(ref, error);
+  }
+  try {
     await place(temporary, target, overwrite, ref, directory);
   } catch (error) {
-    await unlink(temporary).catch(() => undefined);
-    throw interrupted(ref, error);
+    await discard();
+    throw error instanceof ServiceError ? error : cannotSave(ref, directory, errorCode(error));
   }
   return { path: target, contentType: file.contentType, size: out.bytesWritten };
 }
