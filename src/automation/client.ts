@@ -7,6 +7,7 @@
 import { HttpClient } from '../http/client';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { RetryPolicy } from '../http/retry';
+import { shownValue } from '../json-values';
 import { automationBaseUrl, type AddressSettings } from './address';
 
 export const DEFAULT_KEY_HEADER = 'X-AUTOMATION-API-KEY';
@@ -62,7 +63,7 @@ export function checkLimit(limit: unknown): number {
   const value = typeof limit === 'string' && limit.trim() !== '' ? Number(limit) : limit;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_LIMIT) {
     throw invalidInput(
-      `the limit ${JSON.stringify(limit)} is not a whole number from 1 to ${MAX_LIMIT}: set the node's limit or msg.limit to one`,
+      `the limit ${shownValue(limit)} is not a whole number from 1 to ${MAX_LIMIT}: set the node's limit or msg.limit to one`,
     );
   }
   return value;
@@ -79,7 +80,7 @@ export function checkActive(active: unknown): boolean | undefined {
     if (word === 'any') return undefined;
   }
   throw invalidInput(
-    `active ${JSON.stringify(active)} is not true, false or any: set the node's active or msg.active to one of them`,
+    `active ${shownValue(active)} is not true, false or any: set the node's active or msg.active to one of them`,
   );
 }
 
