@@ -3,7 +3,7 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const configNode = require('../dist/nodes/automation-config.js');
 const listNode = require('../dist/nodes/automation-list-workflows.js');
-const { RepeatFilter } = require('../dist/automation/client');
+const { AutomationClient, RepeatFilter } = require('../dist/automation/client');
 const {
   KEY,
   coreNode,
@@ -308,6 +308,30 @@ describe('automation-list-workflows', () => {
       assert.ok(sandbox.service.connectionsSeen <= 2, `${sandbox.service.connectionsSeen} connections`);
     });
 
+    it('remembers a digest of each cursor, not the cursor: 20,000 pages with 4 KiB cursors hold a few MiB', async () => {
+      const v8 = require('node:v8');
+      const vm = require('node:vm');
+      const crypto = require('node:crypto');
+      v8.setFlagsFromString('--expose-gc');
+      const gc = vm.runInNewContext('gc');
+      const client = new AutomationClient({ deployment: 'self-hosted', host: '127.0.0.1', port: '1' });
+      // Each page's cursor is a new, flat 4 KiB string, as a service's opaque cursors are.
+      client.listPage = async () => ({ data: [], nextCursor: crypto.randomBytes(3072).toString('base64') });
+      const walk = client.walk({ limit: 10 }, { maxPages: 100_000 });
+      try {
+        await walk.next();
+        gc();
+        const before = process.memoryUsage().heapUsed;
+        for (let page = 0; page < 20_000; page++) await walk.next();
+        gc();
+        const grown = process.memoryUsage().heapUsed - before;
+        assert.ok(grown < 16 * 2 ** 20, `the walk holds ${Math.round(grown / 2 ** 20)} MiB more`);
+      } finally {
+        await walk.return();
+        await client.close();
+      }
+    });
+
     it('keeps memory linear: a page with no repeats is used as it is, not copied', () => {
       const filter = new RepeatFilter();
       const page = [{ id: 1 }, { id: 2 }];
@@ -364,6 +388,24 @@ describe('automation-list-workflows', () => {
         assert.deepEqual(status.at(-1), { fill: 'red', shape: 'ring', text: 'invalid input' });
       });
     }
+
+    for (const cap of ['100001', '1e9', '0', '2.5', 'many']) {
+      it(`refuses the page cap ${cap} (not a whole number from 1 to 100,000) before any request`, async () => {
+        const { error } = await failure({ mode: 'all', maxPages: cap });
+        assert.equal(error.code, 'invalid_input');
+        assert.equal(
+          error.message,
+          `the page cap "${cap}" is not a whole number from 1 to 100,000: set the node's page cap to one (a longer list is better read page by page)`,
+        );
+        assert.equal(listRequests(sandbox).length, 0);
+      });
+    }
+
+    it('takes the highest page cap, 100,000', async () => {
+      const { out } = await load({ mode: 'all', maxPages: 100000 });
+      helper.getNode('list').receive({});
+      assert.equal((await out.next()).payload.length, 250);
+    });
 
     it('refuses a limit setting outside 1-250 before any request', async () => {
       const { error } = await failure({ limit: '300' });

@@ -6,11 +6,11 @@
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import {
   DEFAULT_LIMIT,
-  DEFAULT_PAGE_CAP,
   RepeatFilter,
   checkActive,
   checkCursor,
   checkLimit,
+  checkPageCap,
   type AutomationClient,
   type Workflow,
 } from '../automation/client';
@@ -67,8 +67,6 @@ export = function (RED: NodeAPI) {
     const node = this;
     const mode = def.mode === 'all' ? 'all' : 'page';
     const splitPages = mode === 'all' && def.split === 'page';
-    const maxPagesSetting = String(def.maxPages ?? '').trim();
-    const maxPages = maxPagesSetting === '' ? DEFAULT_PAGE_CAP : Number(maxPagesSetting);
     if (!RED.nodes.getNode(def.server)) node.status(statusFailed(texts('status.no-config')));
 
     async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
@@ -99,9 +97,7 @@ export = function (RED: NodeAPI) {
           ? (msg.payload as { nextCursor?: unknown }).nextCursor
           : undefined;
       const cursor = checkCursor(msg.cursor ?? msg.nextCursor ?? payloadCursor);
-      if (!Number.isInteger(maxPages) || maxPages < 1) {
-        throw invalidInput(texts('errors.bad-page-cap', { cap: maxPagesSetting }));
-      }
+      const maxPages = checkPageCap(def.maxPages);
       const client = clientFor();
       // Once the cursor is consumed the output can be wired straight back in to fetch the following page;
       // a msg that fails keeps it, so a Catch node sees which page failed.
