@@ -298,6 +298,57 @@ describe('automation-list-workflows', () => {
       );
     });
 
+    it('when a page fails after others were sent, a msg.reset closes the join group and the error says how many went', async () => {
+      const completeNode = coreNode('common/24-complete.js');
+      const nodes = flow(sandbox, { mode: 'all', split: 'page', limit: '50', wires: [['out', 'join']] });
+      nodes.push(
+        { id: 'join', z: 'f1', x: 1, y: 1, type: 'join', mode: 'auto', wires: [['joined']] },
+        { id: 'joined', z: 'f1', x: 1, y: 1, type: 'helper' },
+        // Told when the join node lets go of a msg it held.
+        { id: 'released', z: 'f1', x: 1, y: 1, type: 'complete', scope: ['join'], wires: [['done']] },
+        { id: 'done', z: 'f1', x: 1, y: 1, type: 'helper' },
+      );
+      await helper.load([configNode, listNode, catchNode, joinNode, completeNode], nodes, credentials);
+      const out = collect('out');
+      const caught = collect('caught');
+      const joined = collect('joined');
+      const released = collect('done');
+      let listed = 0;
+      const failThird = () => {
+        if (++listed === 2) {
+          sandbox.faults.add({
+            path: '/api/v1/workflows',
+            status: 500,
+            body: { message: 'down' },
+            times: 10,
+          });
+          sandbox.service.events.off('listed', failThird);
+        }
+      };
+      sandbox.service.events.on('listed', failThird);
+      helper.getNode('list').receive({ topic: 'pages' });
+      const { error } = await caught.next();
+      assert.equal(error.code, 'server_error');
+      const partsId = out.received[0].parts.id;
+      assert.match(
+        error.message,
+        new RegExp(
+          `\\. Pages of this list sent before: 2 \\(msg\\.parts\\.id ${partsId}\\); a msg with msg\\.reset followed them, so a join node drops them instead of waiting for the rest$`,
+        ),
+      );
+      assert.deepEqual(
+        out.received.map((msg) => [msg.payload.length, msg.parts.id, msg.parts.index, msg.reset, msg.topic]),
+        [
+          [50, partsId, 0, undefined, 'pages'],
+          [50, partsId, 1, undefined, 'pages'],
+          [0, partsId, 2, true, 'pages'],
+        ],
+      );
+      // The join node dropped the two pages it held (and the reset msg itself), and sent no partial list.
+      await released.next(3);
+      assert.equal(joined.received.length, 0);
+    });
+
     it('reuses keep-alive connections instead of opening one per page', async () => {
       sandbox.service.seed(2000);
       const { out } = await load({ mode: 'all', limit: '100' });
