@@ -4,10 +4,8 @@
  * temporary file (so the upload knows its length and a retried attempt can read it again), through a
  * connection pool of its own, with no key or service header, a size limit and a time limit. No Node-RED inside.
  */
-import { lookup as dnsLookup, type LookupAddress, type LookupOptions } from 'node:dns';
 import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
-import { isIP } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Transform } from 'node:stream';
@@ -15,7 +13,7 @@ import { pipeline } from 'node:stream/promises';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ServiceError, invalidInput } from '../../http/errors';
 import { timeLimitSignal } from '../../timers';
-import { bareAddress, isLocalAddress } from './local-address';
+import { checkAddress, guardedLookup, hostOf, isLocalAddress } from './local-address';
 import { sizeText } from './size-text';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
@@ -186,11 +184,6 @@ export async function readUploadSource(
   }
 }
 
-/** The host of an address, for sentences: never its path or query (either may hold a signature). */
-function hostOf(url: URL): string {
-  return url.host;
-}
-
 /** The stored name a URL gives: its last path segment, decoded, if that is a plain file name. */
 export function nameFromUrl(url: URL): string | undefined {
   const segment = url.pathname.split('/').pop() ?? '';
@@ -213,62 +206,6 @@ function tooLarge(host: string, limits: UrlLimits, size?: number): ServiceError 
 function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
   const value = headers[name];
   return Array.isArray(value) ? value[0] : value;
-}
-
-/** The sentence for a local address the node's setting does not allow. */
-function localRefused(where: string, address: string): ServiceError {
-  return invalidInput(
-    `${where} ${address}, a local address (this machine, a private network or link-local): the upload node fetches from such addresses only with "Local addresses" allowed in its settings`,
-  );
-}
-
-/**
- * Refuses, before anything is sent to it, an address the fetch may not go to: a redirect from https to
- * http, and (unless allowed) an IP address that is local. A host name is checked once it is resolved, by
- * `guardedLookup`.
- */
-function checkAddress(
-  url: URL,
-  from: URL | undefined,
-  limits: UrlLimits,
-  isLocal: (address: string) => boolean,
-): void {
-  if (from?.protocol === 'https:' && url.protocol === 'http:') {
-    throw invalidInput(
-      `${hostOf(from)} redirected the file from https to plain http (${hostOf(url)}), which is refused: give an address that stays on https`,
-    );
-  }
-  const address = bareAddress(url.hostname);
-  if (!limits.allowLocal && isIP(address) !== 0 && isLocal(address)) {
-    throw localRefused(
-      from ? `${hostOf(from)} redirected the file to` : 'The URL in msg.payload points to',
-      hostOf(url),
-    );
-  }
-}
-
-/**
- * A DNS lookup for the fetch's connections (undici's `connect.lookup`, which net and tls call) that refuses
- * a host name resolving to a local address; `onRefused` keeps the sentence, which undici may wrap.
- */
-function guardedLookup(isLocal: (address: string) => boolean, onRefused: (error: ServiceError) => void) {
-  return (
-    hostname: string,
-    options: LookupOptions,
-    callback: (error: Error | null, address: string | LookupAddress[], family?: number) => void,
-  ): void => {
-    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
-      if (error) return callback(error, []);
-      const local = addresses.find((entry) => isLocal(entry.address));
-      if (local) {
-        const refusal = localRefused(`The URL's host ${hostname} resolves to`, local.address);
-        onRefused(refusal);
-        return callback(refusal, []);
-      }
-      if (options.all) return callback(null, addresses);
-      callback(null, addresses[0].address, addresses[0].family);
-    });
-  };
 }
 
 /**
@@ -313,7 +250,7 @@ async function fetchToTemporaryFile(
   };
   try {
     let response: Dispatcher.ResponseData;
-    checkAddress(url, undefined, limits, isLocal);
+    checkAddress(url, undefined, limits.allowLocal, isLocal);
     for (let redirects = 0; ; redirects++) {
       response = await request(url, {
         method: 'GET',
@@ -340,7 +277,7 @@ async function fetchToTemporaryFile(
           `${hostOf(url)} redirected the file to ${next ? `a ${next.protocol} address` : 'no readable address'}; only http and https are followed`,
         );
       }
-      checkAddress(next, url, limits, isLocal);
+      checkAddress(next, url, limits.allowLocal, isLocal);
       url = next;
     }
     const host = hostOf(url);
