@@ -3,7 +3,7 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const configNode = require('../dist/nodes/automation-config.js');
 const listNode = require('../dist/nodes/automation-list-workflows.js');
-const { RepeatFilter } = require('../dist/automation/client');
+const { AutomationClient, RepeatFilter } = require('../dist/automation/client');
 const {
   KEY,
   coreNode,
@@ -298,6 +298,57 @@ describe('automation-list-workflows', () => {
       );
     });
 
+    it('when a page fails after others were sent, a msg.reset closes the join group and the error says how many went', async () => {
+      const completeNode = coreNode('common/24-complete.js');
+      const nodes = flow(sandbox, { mode: 'all', split: 'page', limit: '50', wires: [['out', 'join']] });
+      nodes.push(
+        { id: 'join', z: 'f1', x: 1, y: 1, type: 'join', mode: 'auto', wires: [['joined']] },
+        { id: 'joined', z: 'f1', x: 1, y: 1, type: 'helper' },
+        // Told when the join node lets go of a msg it held.
+        { id: 'released', z: 'f1', x: 1, y: 1, type: 'complete', scope: ['join'], wires: [['done']] },
+        { id: 'done', z: 'f1', x: 1, y: 1, type: 'helper' },
+      );
+      await helper.load([configNode, listNode, catchNode, joinNode, completeNode], nodes, credentials);
+      const out = collect('out');
+      const caught = collect('caught');
+      const joined = collect('joined');
+      const released = collect('done');
+      let listed = 0;
+      const failThird = () => {
+        if (++listed === 2) {
+          sandbox.faults.add({
+            path: '/api/v1/workflows',
+            status: 500,
+            body: { message: 'down' },
+            times: 10,
+          });
+          sandbox.service.events.off('listed', failThird);
+        }
+      };
+      sandbox.service.events.on('listed', failThird);
+      helper.getNode('list').receive({ topic: 'pages' });
+      const { error } = await caught.next();
+      assert.equal(error.code, 'server_error');
+      const partsId = out.received[0].parts.id;
+      assert.match(
+        error.message,
+        new RegExp(
+          `\\. Pages of this list sent before: 2 \\(msg\\.parts\\.id ${partsId}\\); a msg with msg\\.reset followed them, so a join node drops them instead of waiting for the rest$`,
+        ),
+      );
+      assert.deepEqual(
+        out.received.map((msg) => [msg.payload.length, msg.parts.id, msg.parts.index, msg.reset, msg.topic]),
+        [
+          [50, partsId, 0, undefined, 'pages'],
+          [50, partsId, 1, undefined, 'pages'],
+          [0, partsId, 2, true, 'pages'],
+        ],
+      );
+      // The join node dropped the two pages it held (and the reset msg itself), and sent no partial list.
+      await released.next(3);
+      assert.equal(joined.received.length, 0);
+    });
+
     it('reuses keep-alive connections instead of opening one per page', async () => {
       sandbox.service.seed(2000);
       const { out } = await load({ mode: 'all', limit: '100' });
@@ -306,6 +357,30 @@ describe('automation-list-workflows', () => {
       assert.equal(listRequests(sandbox).length, 20);
       // undici may open a second socket while the first is being released; never one per page.
       assert.ok(sandbox.service.connectionsSeen <= 2, `${sandbox.service.connectionsSeen} connections`);
+    });
+
+    it('remembers a digest of each cursor, not the cursor: 20,000 pages with 4 KiB cursors hold a few MiB', async () => {
+      const v8 = require('node:v8');
+      const vm = require('node:vm');
+      const crypto = require('node:crypto');
+      v8.setFlagsFromString('--expose-gc');
+      const gc = vm.runInNewContext('gc');
+      const client = new AutomationClient({ deployment: 'self-hosted', host: '127.0.0.1', port: '1' });
+      // Each page's cursor is a new, flat 4 KiB string, as a service's opaque cursors are.
+      client.listPage = async () => ({ data: [], nextCursor: crypto.randomBytes(3072).toString('base64') });
+      const walk = client.walk({ limit: 10 }, { maxPages: 100_000 });
+      try {
+        await walk.next();
+        gc();
+        const before = process.memoryUsage().heapUsed;
+        for (let page = 0; page < 20_000; page++) await walk.next();
+        gc();
+        const grown = process.memoryUsage().heapUsed - before;
+        assert.ok(grown < 16 * 2 ** 20, `the walk holds ${Math.round(grown / 2 ** 20)} MiB more`);
+      } finally {
+        await walk.return();
+        await client.close();
+      }
     });
 
     it('keeps memory linear: a page with no repeats is used as it is, not copied', () => {
@@ -364,6 +439,24 @@ describe('automation-list-workflows', () => {
         assert.deepEqual(status.at(-1), { fill: 'red', shape: 'ring', text: 'invalid input' });
       });
     }
+
+    for (const cap of ['100001', '1e9', '0', '2.5', 'many']) {
+      it(`refuses the page cap ${cap} (not a whole number from 1 to 100,000) before any request`, async () => {
+        const { error } = await failure({ mode: 'all', maxPages: cap });
+        assert.equal(error.code, 'invalid_input');
+        assert.equal(
+          error.message,
+          `the page cap "${cap}" is not a whole number from 1 to 100,000: set the node's page cap to one (a longer list is better read page by page)`,
+        );
+        assert.equal(listRequests(sandbox).length, 0);
+      });
+    }
+
+    it('takes the highest page cap, 100,000', async () => {
+      const { out } = await load({ mode: 'all', maxPages: 100000 });
+      helper.getNode('list').receive({});
+      assert.equal((await out.next()).payload.length, 250);
+    });
 
     it('refuses a limit setting outside 1-250 before any request', async () => {
       const { error } = await failure({ limit: '300' });

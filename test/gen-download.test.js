@@ -235,6 +235,94 @@ describe('graph-gen-download', () => {
     });
   }
 
+  describe("the target's place is checked before the transfer", () => {
+    let place;
+    beforeEach(() => {
+      place = fs.mkdtempSync(path.join(directory, 'place-'));
+    });
+    const loadInto = (own = {}) =>
+      load(flowWith({ type: 'graph-gen-download', mode: 'file', ...own }, { baseUrl: cloud.url }));
+
+    it('a msg.directory that is a file, or lies below one, is refused and nothing is downloaded', async () => {
+      const file = path.join(place, 'notes.txt');
+      fs.writeFileSync(file, 'mine');
+      await loadInto();
+      for (const target of [file, path.join(file, 'below')]) {
+        const failure = await failureOf('n', { payload: fox, directory: target });
+        assert.equal(failure.error.code, 'invalid_input', target);
+        assert.equal(
+          failure.error.message,
+          `"${fox.filename}" cannot be saved: ${target} is not a directory (a file is in its place or in its path): choose another directory`,
+        );
+      }
+      assert.equal(fs.readFileSync(file, 'utf8'), 'mine');
+      assert.equal(cloud.counters.count('/api/view'), 0);
+    });
+
+    it('a name longer than the file system allows is refused and nothing is downloaded', async () => {
+      const long = { filename: `${'n'.repeat(300)}.png`, subfolder: '', type: 'output' };
+      cloud.generation.addFile(long, { content: owlBytes });
+      await loadInto({ overwrite: true });
+      const failure = await failureOf('n', { payload: long, directory: place });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.match(
+        failure.error.message,
+        new RegExp(
+          `^"n{40}…n{8}\\.png" cannot be saved in ${place}: the name is longer than its file system allows`,
+        ),
+      );
+      assert.equal(cloud.counters.count('/api/view'), 0);
+      assert.deepEqual(fs.readdirSync(place), []);
+    });
+
+    it("a directory with the target's name is kept, with or without overwrite, and nothing is downloaded", async () => {
+      fs.mkdirSync(path.join(place, fox.filename));
+      for (const overwrite of [false, true]) {
+        await loadInto({ overwrite });
+        const failure = await failureOf('n', { payload: fox, directory: place });
+        assert.equal(failure.error.code, 'invalid_input');
+        assert.equal(
+          failure.error.message,
+          `"${fox.filename}" cannot be saved in ${place}: a directory of that name is there, and it is not replaced`,
+        );
+        await helper.unload();
+      }
+      assert.equal(cloud.counters.count('/api/view'), 0);
+      assert.ok(fs.statSync(path.join(place, fox.filename)).isDirectory());
+    });
+
+    it('a directory that takes the name during the transfer fails with a file-system sentence, not network', async () => {
+      const { startRogueServer } = require('./support/rogue-server');
+      const rogue = await startRogueServer();
+      let finish;
+      rogue.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'image/png', 'content-length': foxBytes.length });
+        res.write(foxBytes.subarray(0, 1000));
+        finish = () => res.end(foxBytes.subarray(1000));
+      };
+      try {
+        await load(
+          flowWith({ type: 'graph-gen-download', mode: 'file', overwrite: true }, { baseUrl: rogue.url }),
+          {},
+        );
+        const failure = failureOf('n', { payload: fox, directory: place });
+        while (!finish || !fs.readdirSync(place).some((name) => name.endsWith('.part')))
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        fs.mkdirSync(path.join(place, fox.filename));
+        finish();
+        const { error } = await failure;
+        assert.equal(error.code, 'invalid_input');
+        assert.equal(
+          error.message,
+          `"${fox.filename}" cannot be saved in ${place}: a directory of that name is there, and it is not replaced`,
+        );
+        assert.deepEqual(fs.readdirSync(place), [fox.filename]);
+      } finally {
+        await rogue.close();
+      }
+    });
+  });
+
   it('a missing file fails naming it', async () => {
     await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: cloud.url }));
     const failure = await failureOf('n', {
@@ -295,6 +383,76 @@ describe('graph-gen-download', () => {
     } finally {
       await rogue.close();
     }
+  });
+
+  describe('buffer limit', () => {
+    const { startRogueServer } = require('./support/rogue-server');
+    let rogue;
+    let closed;
+    beforeEach(async () => {
+      rogue = await startRogueServer();
+      closed = 0;
+    });
+    afterEach(async () => rogue.close());
+
+    /** Answers with a head that announces `announced` bytes (none: chunked) and then streams until stopped. */
+    function serveEndless(announced) {
+      rogue.handle = (_req, res) => {
+        res.writeHead(200, {
+          'content-type': 'video/mp4',
+          ...(announced === undefined ? {} : { 'content-length': String(announced) }),
+        });
+        const chunk = Buffer.alloc(64 * 1024, 1);
+        const pump = () => {
+          while (!res.destroyed && res.write(chunk));
+        };
+        res.on('drain', pump);
+        res.on('close', () => closed++);
+        pump();
+      };
+    }
+
+    it('refuses a file whose Content-Length is over the limit (default 512 MiB) before reading it', async () => {
+      serveEndless(8 * 1024 ** 3);
+      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', { payload: fox });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.equal(
+        failure.error.message,
+        `"${fox.filename}" is 8 GiB, more than the download node's buffer limit of 512 MiB: raise "Buffer limit" in the node, or save the file with file output`,
+      );
+    });
+
+    it('stops a file without Content-Length once it passes the limit set in the node', async () => {
+      serveEndless(undefined);
+      await load(flowWith({ type: 'graph-gen-download', bufferLimit: 2 }, { baseUrl: rogue.url }), {});
+      const failure = await failureOf('n', { payload: fox });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.equal(
+        failure.error.message,
+        `"${fox.filename}" is larger than the download node's buffer limit of 2 MiB: raise "Buffer limit" in the node, or save the file with file output`,
+      );
+      // The answer was cut off, not read on without end.
+      while (closed === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.equal(rogue.seen.length, 1);
+    });
+
+    it('a file within the limit arrives; file mode has no buffer limit', async () => {
+      await load(flowWith({ type: 'graph-gen-download', bufferLimit: '0.05' }, { baseUrl: cloud.url }));
+      const small = await outputOf('n', { payload: owl });
+      assert.ok(small.payload.equals(owlBytes));
+      const failure = await failureOf('n', { payload: fox });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.equal(
+        failure.error.message,
+        `"${fox.filename}" is 70000 bytes, more than the download node's buffer limit of 52429 bytes: raise "Buffer limit" in the node, or save the file with file output`,
+      );
+      await helper.unload();
+      const target = path.join(directory, 'unlimited');
+      await loadFileMode(target, { bufferLimit: 0.01 });
+      const saved = await outputOf('n', { payload: fox });
+      assert.ok(fs.readFileSync(saved.payload).equals(foxBytes));
+    });
   });
 
   it('refuses a payload that names no file', async () => {

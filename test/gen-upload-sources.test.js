@@ -5,10 +5,13 @@ const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 const http = require('node:http');
+const https = require('node:https');
 const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
+const { readUploadSource, DEFAULT_URL_LIMITS } = require('../dist/generation/transfer/upload-source');
+const { isLocalAddress } = require('../dist/generation/transfer/local-address');
 const { API_KEY, PARTNER_KEY, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
 const { statuses } = require('./support/node-red');
 
@@ -43,6 +46,10 @@ async function startImageHost(bytes) {
       res.writeHead(200, { 'content-type': 'image/png' });
       const timer = setInterval(() => res.write(Buffer.from([1])), 50);
       res.on('close', () => clearInterval(timer));
+    } else if (url.pathname === '/to-metadata') {
+      res.writeHead(302, { location: 'http://169.254.169.254/latest/meta-data/' }).end();
+    } else if (url.pathname === '/to-localhost') {
+      res.writeHead(302, { location: `http://localhost:${server.address().port}/img/fox.png` }).end();
     } else if (url.pathname === '/ftp') {
       res.writeHead(302, { location: 'ftp://127.0.0.1/fox.png' }).end();
     } else {
@@ -99,8 +106,9 @@ describe('graph-gen-upload sources: data: URL, base64, http(s) URL', () => {
 
   const sha = (bytes) => crypto.createHash('sha256').update(bytes).digest('hex');
   const uploads = () => sandbox.generation.uploads;
+  // The image host is on 127.0.0.1, a local address: these tests allow local addresses.
   const loadUpload = (settings = {}) =>
-    load(flowWith({ type: 'graph-gen-upload', ...settings }, { baseUrl: sandbox.url }));
+    load(flowWith({ type: 'graph-gen-upload', urlLocal: true, ...settings }, { baseUrl: sandbox.url }));
 
   it('uploads the bytes of a data: URL (base64 and percent-encoded) under msg.filename', async () => {
     await loadUpload();
@@ -113,6 +121,16 @@ describe('graph-gen-upload sources: data: URL, base64, http(s) URL', () => {
     assert.equal(uploads()[0].contentType, 'image/png');
     await outputOf('n', { payload: 'data:text/plain,a%20b%C3%A9', filename: 'note.txt' });
     assert.equal(uploads()[1].sha256, sha(Buffer.from('a bé')));
+  });
+
+  it('a data: URL without ;base64 is percent-decoded into bytes (any byte, not only UTF-8 text)', async () => {
+    await loadUpload();
+    await outputOf('n', { payload: 'data:application/octet-stream,%FF%D8%00%80ok%2', filename: 'raw.bin' });
+    assert.equal(uploads()[0].sha256, sha(Buffer.from([0xff, 0xd8, 0x00, 0x80, 0x6f, 0x6b, 0x25, 0x32])));
+    assert.equal(uploads()[0].size, 8);
+    // With ;base64 the data is percent-decoded first, as browsers read it.
+    await outputOf('n', { payload: 'data:text/plain;base64,aGk%3D', filename: 'hi.txt' });
+    assert.equal(uploads()[1].sha256, sha(Buffer.from('hi')));
   });
 
   it('uploads base64 text: auto takes 64+ base64 characters (white space ignored), base64 mode any length', async () => {
@@ -305,5 +323,160 @@ describe('graph-gen-upload sources: data: URL, base64, http(s) URL', () => {
       failure.error.message,
       new RegExp(`^The file at 127.0.0.1:${port} could not be fetched \\(ECONNREFUSED\\)`),
     );
+  });
+
+  it('takes a URL timeout longer than a Node timer holds (2^31 ms and more) as no limit, not as 1 ms', async () => {
+    await loadUpload({ urlTimeout: 2 ** 31 / 1000 + 1 });
+    const msg = await outputOf('n', { payload: `${imageHost.url}/img/fox.png` });
+    assert.equal(msg.filename, 'fox.png');
+    assert.equal(uploads()[0].sha256, sha(image));
+  });
+
+  describe('local addresses (this machine, private networks, link-local)', () => {
+    const setting = /only with "Local addresses" allowed in its settings/;
+
+    it('count as local: loopback, private, link-local, CGNAT, multicast, and IPv4 wrapped in IPv6', () => {
+      const local = ['127.0.0.1', '127.9.9.9', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1'];
+      local.push('169.254.169.254', '100.64.0.1', '0.0.0.0', '224.0.0.1', '255.255.255.255', '::1', '[::1]');
+      local.push(
+        '::',
+        '::ffff:127.0.0.1',
+        '::ffff:7f00:1',
+        'fe80::1',
+        'fd00::1',
+        'ff02::1',
+        '64:ff9b::a9fe:a9fe',
+      );
+      local.push('2002:c0a8:101::1');
+      const remote = ['8.8.8.8', '172.32.0.1', '192.169.0.1', '::ffff:8.8.8.8', '2001:4860:4860::8888'];
+      remote.push('64:ff9b::808:808', 'example.com');
+      for (const address of local) assert.equal(isLocalAddress(address), true, address);
+      for (const address of remote) assert.equal(isLocalAddress(address), false, address);
+    });
+
+    it('are refused by default, naming the setting, and nothing is fetched', async () => {
+      await loadUpload({ urlLocal: undefined });
+      const loopback = await failureOf('n', { payload: `${imageHost.url}/img/fox.png` });
+      assert.equal(loopback.error.code, 'invalid_input');
+      assert.equal(
+        loopback.error.message,
+        `The URL in msg.payload points to ${imageHost.host}, a local address (this machine, a private network or link-local): the upload node fetches from such addresses only with "Local addresses" allowed in its settings`,
+      );
+      for (const address of [
+        'http://10.1.2.3/fox.png',
+        'http://192.168.0.10/fox.png',
+        'http://169.254.169.254/latest/meta-data/iam',
+        'http://[::1]:9/fox.png',
+        'http://[::ffff:127.0.0.1]:9/fox.png',
+        'http://0.0.0.0:9/fox.png',
+        'https://[fe80::1]/fox.png',
+      ]) {
+        const failure = await failureOf('n', { payload: address, filename: 'x.png' });
+        assert.equal(failure.error.code, 'invalid_input', address);
+        assert.match(failure.error.message, setting, address);
+      }
+      assert.equal(imageHost.seen.length, 0);
+      assert.equal(uploads().length, 0);
+    });
+
+    it('a host name that resolves to a local address is refused before connecting', async () => {
+      await loadUpload({ urlLocal: false });
+      const port = new URL(imageHost.url).port;
+      const failure = await failureOf('n', { payload: `http://localhost:${port}/img/fox.png` });
+      assert.equal(failure.error.code, 'invalid_input');
+      assert.match(
+        failure.error.message,
+        /^The URL's host localhost resolves to (127\.0\.0\.1|::1), a local address .*"Local addresses"/,
+      );
+      assert.equal(imageHost.seen.length, 0);
+      assert.equal(uploads().length, 0);
+    });
+
+    /**
+     * The image host stands in for a host on the internet: its address passes as public once, for the URL
+     * itself, and every later address is judged as usual.
+     */
+    function publicOnce() {
+      let passed = false;
+      return (address) => {
+        if (address === '127.0.0.1' && !passed) {
+          passed = true;
+          return false;
+        }
+        return isLocalAddress(address);
+      };
+    }
+    const fetchUrl = (url, isLocal) =>
+      readUploadSource(url, 'auto', { filename: 'x.png', limits: DEFAULT_URL_LIMITS, isLocal });
+
+    it('a redirect to a local address, or to a host name that resolves to one, is refused and not followed', async () => {
+      await assert.rejects(fetchUrl(`${imageHost.url}/to-metadata`, publicOnce()), (error) => {
+        assert.equal(error.code, 'invalid_input');
+        assert.equal(
+          error.message,
+          `${imageHost.host} redirected the file to 169.254.169.254, a local address (this machine, a private network or link-local): the upload node fetches from such addresses only with "Local addresses" allowed in its settings`,
+        );
+        return true;
+      });
+      await assert.rejects(fetchUrl(`${imageHost.url}/to-localhost`, publicOnce()), (error) => {
+        assert.equal(error.code, 'invalid_input');
+        assert.match(error.message, /^The URL's host localhost resolves to 127\.0\.0\.1, a local address/);
+        return true;
+      });
+      assert.deepEqual(
+        imageHost.seen.map((request) => request.path),
+        ['/to-metadata', '/to-localhost'],
+      );
+    });
+
+    it('with "Local addresses" on, the same redirects are followed', async () => {
+      const source = await readUploadSource(`${imageHost.url}/to-localhost`, 'auto', {
+        filename: 'x.png',
+        limits: { ...DEFAULT_URL_LIMITS, allowLocal: true },
+      });
+      try {
+        assert.equal(sha(fs.readFileSync(source.source)), sha(image));
+      } finally {
+        await source.release();
+      }
+    });
+
+    it('a redirect from https to http is refused whatever the setting, and the http address is not fetched', async () => {
+      const fixtures = path.join(__dirname, 'fixtures', 'tls');
+      const secure = https.createServer(
+        {
+          key: fs.readFileSync(path.join(fixtures, 'self-signed-key.pem')),
+          cert: fs.readFileSync(path.join(fixtures, 'self-signed-cert.pem')),
+        },
+        (req, res) => res.writeHead(302, { location: `${imageHost.url}/img/fox.png` }).end(),
+      );
+      await new Promise((resolve) => secure.listen(0, '127.0.0.1', resolve));
+      const secureHost = `127.0.0.1:${secure.address().port}`;
+      // The test's own certificate: trusted for this test only.
+      process.env.NODE_TLS_REJECT_UNAUTHORIZED = '0';
+      try {
+        for (const allowLocal of [false, true]) {
+          await assert.rejects(
+            readUploadSource(`https://${secureHost}/fox.png`, 'auto', {
+              limits: { ...DEFAULT_URL_LIMITS, allowLocal },
+              isLocal: publicOnce(),
+            }),
+            (error) => {
+              assert.equal(error.code, 'invalid_input');
+              assert.equal(
+                error.message,
+                `${secureHost} redirected the file from https to plain http (${imageHost.host}), which is refused: give an address that stays on https`,
+              );
+              return true;
+            },
+          );
+        }
+      } finally {
+        delete process.env.NODE_TLS_REJECT_UNAUTHORIZED;
+        secure.closeAllConnections();
+        await new Promise((resolve) => secure.close(resolve));
+      }
+      assert.equal(imageHost.seen.length, 0);
+    });
   });
 });

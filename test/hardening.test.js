@@ -738,3 +738,147 @@ function assertNoPartOf(secret, text) {
     assert.ok(!text.includes(part), `"${part}" of the secret is in: ${text.slice(0, 600)}`);
   }
 }
+
+describe('msg values that refer to themselves, or that JSON cannot hold (issue 20)', () => {
+  const automationConfig = require('../dist/nodes/automation-config.js');
+  const listNode = require('../dist/nodes/automation-list-workflows.js');
+  const { startAutomationSandbox, flow: automationFlow, listRequests } = require('./automation-support');
+  let sandbox;
+  before(async () => {
+    await helper.startServer();
+    sandbox = await startSandbox();
+  });
+  after(async () => {
+    await sandbox.close();
+    await helper.stopServer();
+  });
+  afterEach(async () => helper.unload());
+
+  /** An object that holds itself, as a flow can build one by mistake. */
+  function circular() {
+    const value = { name: 'loop' };
+    value.self = value;
+    return value;
+  }
+  const submits = () => sandbox.counters.matching('/api/prompt', 'POST').length;
+
+  it('says where a value JSON cannot hold breaks, and shows any value by its kind without walking it', () => {
+    const { jsonProblemOf, shownValue } = require('../dist/json-values');
+    const list = [1, { a: [2] }];
+    list[1].a.push(list);
+    assert.deepEqual(jsonProblemOf({ list }), {
+      path: 'list[1].a[1]',
+      problem: 'refers to itself (a circular structure)',
+    });
+    assert.deepEqual(jsonProblemOf({ n: [3n] }), {
+      path: 'n[0]',
+      problem: 'is a BigInt, which JSON cannot hold',
+    });
+    let deep = [];
+    for (let level = 0; level < 200_000; level++) deep = [deep];
+    assert.match(jsonProblemOf({ deep }).problem, /^nests deeper than 1000 levels$/);
+    const shared = { x: 1 };
+    assert.equal(
+      jsonProblemOf({ a: shared, b: shared, when: new Date(0), bytes: Buffer.from('hi') }),
+      undefined,
+    );
+    const table = [
+      ['text', '"text"'],
+      ['t'.repeat(100), `"${'t'.repeat(60)}…"`],
+      [7, '7'],
+      [false, 'false'],
+      [null, 'null'],
+      [undefined, 'undefined'],
+      [5n, '5n'],
+      [[1, 2, 3], 'an array of 3 items'],
+      [Buffer.from('abc'), 'a Buffer of 3 bytes'],
+      [circular(), 'an object'],
+      [Object.create(null), 'an object'],
+    ];
+    for (const [value, shown] of table) assert.equal(shownValue(value), shown);
+  });
+
+  it('submit: a workflow in msg.payload that refers to itself is refused naming where, and nothing is sent', async () => {
+    await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url }), {});
+    const workflow = textToImage();
+    workflow[6].inputs.more = workflow[6].inputs;
+    const failure = await failureOf('n', { payload: workflow });
+    assert.equal(failure.error.code, 'invalid_input');
+    assert.equal(
+      failure.error.message,
+      'The workflow cannot be sent: 6.inputs.more refers to itself (a circular structure). Give msg.payload and msg.inputs plain values (text, numbers, true/false, lists and objects)',
+    );
+    assert.equal(submits(), 0);
+  });
+
+  it('submit: a value of msg.inputs that refers to itself, or a BigInt, is refused naming where', async () => {
+    await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url }), {});
+    const looped = await failureOf('n', { payload: textToImage(), inputs: { 6: { text: circular() } } });
+    assert.equal(looped.error.code, 'invalid_input');
+    assert.match(
+      looped.error.message,
+      /^The workflow cannot be sent: 6\.inputs\.text\.self refers to itself/,
+    );
+    const big = await failureOf('n', { payload: textToImage(), inputs: { 3: { seed: 2n ** 70n } } });
+    assert.equal(big.error.code, 'invalid_input');
+    assert.match(
+      big.error.message,
+      /^The workflow cannot be sent: 3\.inputs\.seed is a BigInt, which JSON cannot hold/,
+    );
+    assert.equal(submits(), 0);
+  });
+
+  it('queue: a prompt_id or an action that refers to itself is refused with a sentence', async () => {
+    await load(flowWith({ type: 'graph-gen-queue', action: 'cancel' }, { baseUrl: sandbox.url }), {});
+    const id = circular();
+    id.prompt_id = id;
+    const cancel = await failureOf('n', { prompt_id: id });
+    assert.equal(cancel.error.code, 'invalid_input');
+    assert.equal(cancel.error.message, 'a prompt id to cancel is not text: an object');
+    const listed = await failureOf('n', { prompt_id: [{ prompt_id: [circular()] }] });
+    assert.equal(listed.error.message, 'a prompt id to cancel is not text: an array of 1 item');
+    const action = await failureOf('n', { action: circular() });
+    assert.equal(action.error.code, 'invalid_input');
+    assert.equal(action.error.message, 'msg.action must be list, cancel or interrupt, not an object');
+    assert.equal(sandbox.counters.matching('/api/queue').length, 0);
+  });
+
+  it('upload: msg.original_ref whose subfolder refers to itself, and a msg.type JSON cannot show, are refused', async () => {
+    await load(flowWith({ type: 'graph-gen-upload' }, { baseUrl: sandbox.url }), {});
+    const mask = await failureOf('n', {
+      payload: Buffer.from('mask'),
+      filename: 'mask.png',
+      original_ref: { filename: 'fox.png', subfolder: circular() },
+    });
+    assert.equal(mask.error.code, 'invalid_input');
+    assert.equal(mask.error.message, 'msg.original_ref.subfolder must be text, not an object');
+    const type = await failureOf('n', {
+      payload: Buffer.from('x'),
+      filename: 'x.png',
+      type: Object.create(null),
+    });
+    assert.equal(type.error.code, 'invalid_input');
+    assert.equal(type.error.message, 'msg.type must be "input" or "temp", not "an object"');
+    assert.equal(sandbox.counters.matching(/^\/api\/upload\//, 'POST').length, 0);
+  });
+
+  it('list workflows: a msg.limit or msg.active that refers to itself is refused with a sentence', async () => {
+    const automation = await startAutomationSandbox({ workflows: 3 });
+    try {
+      await helper.load(
+        [automationConfig, listNode, ...ALL_NODES],
+        automationFlow(automation, { wires: [['out']] }),
+        { cfg: { apiKey: 'key' } },
+      );
+      const limit = await failureOf('list', { limit: circular() });
+      assert.equal(limit.error.code, 'invalid_input');
+      assert.match(limit.error.message, /^the limit an object is not a whole number from 1 to 250/);
+      const active = await failureOf('list', { active: circular() });
+      assert.equal(active.error.code, 'invalid_input');
+      assert.match(active.error.message, /^active an object is not true, false or any/);
+      assert.equal(listRequests(automation).length, 0);
+    } finally {
+      await automation.close();
+    }
+  });
+});

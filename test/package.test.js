@@ -132,8 +132,9 @@ describe('the published tarball', function () {
       );
       assert.ok(!/\.ts$/.test(file) || file.endsWith('.d.ts'), `${file}: TypeScript sources do not ship`);
     }
-    // A budget that catches a folder shipped by mistake: the source maps alone were 287 kB of 837 kB.
-    assert.ok(packed.unpackedSize < 700_000, `unpacked size ${packed.unpackedSize} bytes`);
+    // A budget that catches a folder shipped by mistake: the source maps alone were 287 kB of 837 kB. The code
+    // itself was 557 kB at that time, 712 kB once jobs had a life of their own and every input was bounded.
+    assert.ok(packed.unpackedSize < 800_000, `unpacked size ${packed.unpackedSize} bytes`);
   });
 
   it('ships the sandbox as the graph-gen-sandbox command: a node script that answers --help', async () => {

@@ -53,6 +53,23 @@ describe('new seeds', () => {
     assert.equal(randomSeed(4, 4), 4);
   });
 
+  it('keeps a draw within [min, max] for a range wider than 2^53 (its size counted exactly, not rounded)', () => {
+    const M = Number.MAX_SAFE_INTEGER;
+    const bits = (...values) => {
+      let next = 0;
+      return () => values[next++];
+    };
+    // 2^64 - 1 is in the rejected top remainder (it would favour small values); the next draw is max exactly.
+    assert.equal(randomSeed(-M, M, bits(2n ** 64n - 1n, 2n ** 64n - 1025n)), M);
+    assert.equal(randomSeed(-M, M, bits(2n ** 54n - 2n)), M);
+    assert.equal(randomSeed(-M, M, bits(2n ** 53n - 1n)), 0);
+    assert.equal(randomSeed(-M, M, bits(0n)), -M);
+    for (let draw = 0; draw < 400; draw++) {
+      const value = randomSeed(-M, M);
+      assert.ok(Number.isSafeInteger(value) && value >= -M && value <= M, String(value));
+    }
+  });
+
   it('keeps the inputs msg.inputs set and reports every value used', () => {
     const workflow = {
       1: { class_type: 'A', inputs: { seed: 5 } },

@@ -4,15 +4,22 @@
  * that cannot loop forever. No Node-RED inside; an automation-config node holds one client (one keep-alive
  * pool) and closes it on redeploy.
  */
+import { createHash } from 'node:crypto';
 import { HttpClient } from '../http/client';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { RetryPolicy } from '../http/retry';
+import { shownValue } from '../json-values';
 import { automationBaseUrl, type AddressSettings } from './address';
 
 export const DEFAULT_KEY_HEADER = 'X-AUTOMATION-API-KEY';
 export const DEFAULT_LIMIT = 100;
 export const MAX_LIMIT = 250;
 export const DEFAULT_PAGE_CAP = 10_000;
+/**
+ * The highest page cap: 25 million workflows at 250 a page. A walk remembers a digest of every cursor it was
+ * sent (to stop a service that repeats one), so the cap bounds that memory too.
+ */
+export const MAX_PAGE_CAP = 100_000;
 const SERVICE_NAME = 'the automation service';
 
 export interface AutomationSettings extends AddressSettings {
@@ -62,7 +69,7 @@ export function checkLimit(limit: unknown): number {
   const value = typeof limit === 'string' && limit.trim() !== '' ? Number(limit) : limit;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_LIMIT) {
     throw invalidInput(
-      `the limit ${JSON.stringify(limit)} is not a whole number from 1 to ${MAX_LIMIT}: set the node's limit or msg.limit to one`,
+      `the limit ${shownValue(limit)} is not a whole number from 1 to ${MAX_LIMIT}: set the node's limit or msg.limit to one`,
     );
   }
   return value;
@@ -79,7 +86,7 @@ export function checkActive(active: unknown): boolean | undefined {
     if (word === 'any') return undefined;
   }
   throw invalidInput(
-    `active ${JSON.stringify(active)} is not true, false or any: set the node's active or msg.active to one of them`,
+    `active ${shownValue(active)} is not true, false or any: set the node's active or msg.active to one of them`,
   );
 }
 
@@ -94,12 +101,22 @@ export function checkCursor(cursor: unknown): string | undefined {
   return cursor;
 }
 
-function checkPageCap(maxPages: number | undefined): number {
-  if (maxPages === undefined) return DEFAULT_PAGE_CAP;
-  if (!Number.isInteger(maxPages) || maxPages < 1) {
-    throw invalidInput(`the page cap ${String(maxPages)} is not a whole number of at least 1`);
+/** The page cap of an all-mode walk: a whole number from 1 to MAX_PAGE_CAP; unset (or blank) is the default. */
+export function checkPageCap(maxPages: unknown): number {
+  if (maxPages === undefined || (typeof maxPages === 'string' && maxPages.trim() === ''))
+    return DEFAULT_PAGE_CAP;
+  const value = typeof maxPages === 'string' ? Number(maxPages) : maxPages;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_PAGE_CAP) {
+    throw invalidInput(
+      `the page cap ${shownValue(maxPages)} is not a whole number from 1 to ${MAX_PAGE_CAP.toLocaleString('en-US')}: set the node's page cap to one (a longer list is better read page by page)`,
+    );
   }
-  return maxPages;
+  return value;
+}
+
+/** A cursor as the walk remembers it: a digest of 16 bytes, not the cursor (which may be 4 KiB). */
+function cursorDigest(cursor: string): string {
+  return createHash('sha256').update(cursor).digest('base64').slice(0, 22);
 }
 
 /** The response body as a page, or an error that says the address is probably wrong. */
@@ -191,12 +208,13 @@ export class AutomationClient {
     const maxPages = checkPageCap(options.maxPages);
     let cursor = checkCursor(options.cursor);
     const seenCursors = new Set<string>();
-    if (cursor !== undefined) seenCursors.add(cursor);
+    if (cursor !== undefined) seenCursors.add(cursorDigest(cursor));
     for (let number = 1; ; number++) {
       const page = await this.listPage({ active, limit, cursor }, options.signal);
       yield { ...page, number };
       if (page.nextCursor === undefined) return;
-      if (seenCursors.has(page.nextCursor)) {
+      const digest = cursorDigest(page.nextCursor);
+      if (seenCursors.has(digest)) {
         throw new ServiceError(
           'server_error',
           `${SERVICE_NAME} sent a nextCursor it had already sent (after page ${number}): the list would never end, so it was stopped`,
@@ -214,7 +232,7 @@ export class AutomationClient {
           `the list still had more pages after ${maxPages} (the node's page cap): raise the cap or narrow the list`,
         );
       }
-      seenCursors.add(page.nextCursor);
+      seenCursors.add(digest);
       cursor = page.nextCursor;
     }
   }

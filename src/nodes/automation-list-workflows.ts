@@ -6,16 +6,17 @@
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import {
   DEFAULT_LIMIT,
-  DEFAULT_PAGE_CAP,
   RepeatFilter,
   checkActive,
   checkCursor,
   checkLimit,
+  checkPageCap,
   type AutomationClient,
   type Workflow,
 } from '../automation/client';
-import { invalidInput } from '../http/errors';
+import { ServiceError, invalidInput } from '../http/errors';
 import {
+  asServiceError,
   catalogTexts,
   evaluateProperty,
   statusFailed,
@@ -67,8 +68,6 @@ export = function (RED: NodeAPI) {
     const node = this;
     const mode = def.mode === 'all' ? 'all' : 'page';
     const splitPages = mode === 'all' && def.split === 'page';
-    const maxPagesSetting = String(def.maxPages ?? '').trim();
-    const maxPages = maxPagesSetting === '' ? DEFAULT_PAGE_CAP : Number(maxPagesSetting);
     if (!RED.nodes.getNode(def.server)) node.status(statusFailed(texts('status.no-config')));
 
     async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
@@ -99,9 +98,7 @@ export = function (RED: NodeAPI) {
           ? (msg.payload as { nextCursor?: unknown }).nextCursor
           : undefined;
       const cursor = checkCursor(msg.cursor ?? msg.nextCursor ?? payloadCursor);
-      if (!Number.isInteger(maxPages) || maxPages < 1) {
-        throw invalidInput(texts('errors.bad-page-cap', { cap: maxPagesSetting }));
-      }
+      const maxPages = checkPageCap(def.maxPages);
       const client = clientFor();
       // Once the cursor is consumed the output can be wired straight back in to fetch the following page;
       // a msg that fails keeps it, so a Catch node sees which page failed.
@@ -125,31 +122,51 @@ export = function (RED: NodeAPI) {
       const workflows: Workflow[] = [];
       const partsId = RED.util.generateId();
       let listed = 0;
+      let pagesSent = 0;
+      /** A copy of the msg for one page of a split list, without copying the input's payload for nothing. */
+      const pageMessage = (index: number, payload: Workflow[], last: boolean): ListMessage => {
+        const out = RED.util.cloneMessage({ ...msg, payload: undefined }) as ListMessage;
+        consumeCursor(out);
+        out.payload = payload;
+        out.parts = {
+          id: partsId,
+          type: 'array',
+          index,
+          // A join node concatenates array parts only when len > 1; a page is a slice of one list.
+          len: Math.max(limit, 2),
+          ...(last ? { count: index + 1 } : {}),
+          ...(msg.parts ? { parts: msg.parts } : {}),
+        };
+        return out;
+      };
       node.status(statusOk(texts('status.page-number', { number: 1 })));
-      for await (const page of client.walk({ active, limit }, { cursor, maxPages, signal })) {
-        const fresh = filter.fresh(page.data);
-        if (splitPages) {
-          // Each page gets its own copy of the msg, without copying the input's payload for nothing.
-          const out = RED.util.cloneMessage({ ...msg, payload: undefined }) as ListMessage;
-          consumeCursor(out);
-          out.payload = fresh;
-          out.parts = {
-            id: partsId,
-            type: 'array',
-            index: page.number - 1,
-            // A join node concatenates array parts only when len > 1; a page is a slice of one list.
-            len: Math.max(limit, 2),
-            ...(page.nextCursor === undefined ? { count: page.number } : {}),
-            ...(msg.parts ? { parts: msg.parts } : {}),
-          };
-          send(out);
-        } else {
-          for (const workflow of fresh) workflows.push(workflow);
+      try {
+        for await (const page of client.walk({ active, limit }, { cursor, maxPages, signal })) {
+          const fresh = filter.fresh(page.data);
+          if (splitPages) {
+            send(pageMessage(page.number - 1, fresh, page.nextCursor === undefined));
+            pagesSent++;
+          } else {
+            for (const workflow of fresh) workflows.push(workflow);
+          }
+          listed += fresh.length;
+          if (page.nextCursor !== undefined) {
+            node.status(statusOk(texts('status.page-number', { number: page.number + 1 })));
+          }
         }
-        listed += fresh.length;
-        if (page.nextCursor !== undefined) {
-          node.status(statusOk(texts('status.page-number', { number: page.number + 1 })));
-        }
+      } catch (error) {
+        if (pagesSent === 0 || signal.aborted) throw error;
+        // Pages already went out: a join node would hold them for a list that never completes. A msg with
+        // msg.reset and the group's msg.parts makes it drop them, so no partial list passes for a whole one.
+        const closing = pageMessage(pagesSent, [], false) as ListMessage & { reset?: boolean };
+        closing.reset = true;
+        send(closing);
+        const failure = asServiceError(error);
+        throw new ServiceError(
+          failure.code,
+          texts('errors.pages-sent', { message: failure.message, count: pagesSent, id: partsId }),
+          failure.cause,
+        );
       }
       node.status(counted(texts, listed));
       if (!splitPages) {

@@ -4,7 +4,13 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { downloadToBuffer, downloadToDirectory, referencesOf } from '../generation/transfer/downloads';
+import {
+  DEFAULT_BUFFER_LIMIT,
+  downloadToBuffer,
+  downloadToDirectory,
+  referencesOf,
+} from '../generation/transfer/downloads';
+import { MIB } from '../generation/transfer/size-text';
 import {
   catalogTexts,
   evaluateProperty,
@@ -21,6 +27,8 @@ interface DownloadDef extends NodeDef {
   directory?: string;
   directoryType?: string;
   overwrite?: boolean;
+  /** Buffer mode: the largest file held in memory, in MiB (absent on older nodes: the default). */
+  bufferLimit?: number | string;
 }
 
 type DownloadMessage = NodeMessageInFlow & {
@@ -39,6 +47,11 @@ export = function (RED: NodeAPI) {
     const node = this;
     const status = showSocketTrouble(RED, node, def.server, texts);
     const mode = def.mode === 'file' ? 'file' : 'buffer';
+    const limitMiB = Number(def.bufferLimit);
+    const bufferLimit =
+      def.bufferLimit !== '' && def.bufferLimit !== undefined && Number.isFinite(limitMiB) && limitMiB > 0
+        ? Math.round(limitMiB * MIB)
+        : DEFAULT_BUFFER_LIMIT;
 
     async function directoryFor(msg: DownloadMessage): Promise<string> {
       const value =
@@ -76,7 +89,7 @@ export = function (RED: NodeAPI) {
           out.payload = saved.path;
           out.contentType = saved.contentType;
         } else {
-          const file = await downloadToBuffer(rest, ref, signal);
+          const file = await downloadToBuffer(rest, ref, bufferLimit, signal);
           out.payload = file.payload;
           out.contentType = file.contentType;
         }

@@ -5,6 +5,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
+import { shownValue } from '../json-values';
 import { promptIdsOf } from '../generation/transfer/rest-client';
 import {
   catalogTexts,
@@ -43,7 +44,7 @@ function idsToCancel(msg: QueueMessage, texts: Texts): string[] {
     .filter((item) => item !== undefined && item !== null && item !== '');
   if (ids.length === 0) throw invalidInput(texts('errors.no-ids'));
   const bad = ids.find((id) => typeof id !== 'string');
-  if (bad !== undefined) throw invalidInput(texts('errors.id-not-text', { id: JSON.stringify(bad) }));
+  if (bad !== undefined) throw invalidInput(texts('errors.id-not-text', { id: shownValue(bad) }));
   return ids as string[];
 }
 
@@ -60,7 +61,7 @@ export = function (RED: NodeAPI) {
       const connection = generationConnection(RED, def.server, texts);
       const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
       if (!ACTIONS.includes(action as QueueAction)) {
-        throw invalidInput(texts('errors.bad-action', { action: JSON.stringify(action) }));
+        throw invalidInput(texts('errors.bad-action', { action: shownValue(action) }));
       }
       if (action === 'list') {
         const queue = await connection.rest.queue(signal);

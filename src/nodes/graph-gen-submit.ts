@@ -6,6 +6,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
+import { jsonProblemOf } from '../json-values';
 import type { GenerationConnection } from '../generation/connection';
 import type { NodeTypeDefinition } from '../generation/workflows/workflow';
 import {
@@ -127,6 +128,13 @@ export = function (RED: NodeAPI) {
       const template = await apiWorkflow(templateFor(msg), connection, signal);
       const overrides = resolveOverrides(template, msg.inputs);
       const prompt: Workflow = validateWorkflow(applyResolvedOverrides(template, overrides));
+      // A workflow that refers to itself (or holds a BigInt) would fail only when it is written as JSON.
+      const unsendable = jsonProblemOf(prompt);
+      if (unsendable) {
+        throw invalidInput(
+          texts('errors.not-json', { where: unsendable.path || 'it', problem: unsendable.problem }),
+        );
+      }
 
       const partnerKey = connection.settings.partnerKey;
       let sendPartnerKey = partnerMode === 'always' || (partnerMode === 'auto' && msg.partner === true);

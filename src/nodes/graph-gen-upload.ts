@@ -5,6 +5,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
+import { shownValue } from '../json-values';
 import {
   DEFAULT_URL_LIMITS,
   readUploadSource,
@@ -34,6 +35,8 @@ interface UploadDef extends NodeDef {
   urlLimit?: number | string;
   /** Seconds a URL fetch may take, all of it. */
   urlTimeout?: number | string;
+  /** Whether a URL may reach loopback, private and link-local addresses (absent on older nodes: no). */
+  urlLocal?: boolean;
 }
 
 type UploadMessage = NodeMessageInFlow & {
@@ -48,6 +51,20 @@ function booleanOf(value: unknown, name: string, texts: Texts): boolean {
   if (value === 'true') return true;
   if (value === 'false') return false;
   throw invalidInput(texts('errors.not-boolean', { name }));
+}
+
+/**
+ * msg.original_ref's subfolder and type, when given, must be text: they are sent as JSON, which an object
+ * that refers to itself would break, and the service reads them as names.
+ */
+function checkOriginalRef(value: unknown, texts: Texts): void {
+  if (value === null || typeof value !== 'object') return;
+  for (const field of ['subfolder', 'type'] as const) {
+    const part = (value as Record<string, unknown>)[field];
+    if (part !== undefined && part !== null && typeof part !== 'string') {
+      throw invalidInput(texts('errors.original-ref-not-text', { field, value: shownValue(part) }));
+    }
+  }
 }
 
 /** A positive number setting, or its default when unset or not a positive number. */
@@ -68,6 +85,7 @@ export = function (RED: NodeAPI) {
     const limits: UrlLimits = {
       maxBytes: Math.round(positive(def.urlLimit, DEFAULT_URL_LIMITS.maxBytes / 2 ** 20) * 2 ** 20),
       timeoutMs: Math.round(positive(def.urlTimeout, DEFAULT_URL_LIMITS.timeoutMs / 1000) * 1000),
+      allowLocal: def.urlLocal === true,
     };
     const status = showSocketTrouble(RED, node, def.server, texts);
 
@@ -85,12 +103,15 @@ export = function (RED: NodeAPI) {
       }
       const type = msg.type ?? (def.uploadType || 'input');
       if (type !== 'input' && type !== 'temp')
-        throw invalidInput(texts('errors.bad-type', { type: String(type) }));
+        throw invalidInput(
+          texts('errors.bad-type', { type: typeof type === 'string' ? type : shownValue(type) }),
+        );
       const overwrite =
         msg.overwrite !== undefined
           ? booleanOf(msg.overwrite, 'msg.overwrite', texts)
           : def.overwrite !== false;
       const mask = def.mode === 'mask' || msg.original_ref !== undefined;
+      if (mask) checkOriginalRef(msg.original_ref, texts);
       const source = await readUploadSource(msg.payload, payloadIs, {
         filename: (filenameSetting as string | undefined) || undefined,
         limits,

@@ -3,12 +3,13 @@
  * buffering a download. No Node-RED inside.
  */
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, type WriteStream } from 'node:fs';
-import { access, link, mkdir, rename, unlink } from 'node:fs/promises';
+import { createWriteStream, type Stats } from 'node:fs';
+import { link, lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { ServiceError, invalidInput } from '../../http/errors';
-import type { FileReference, GenerationRestClient } from './rest-client';
+import type { FileReference, GenerationRestClient, OpenFile } from './rest-client';
+import { MIB, sizeText } from './size-text';
 
 function isReference(value: unknown): value is FileReference {
   return (
@@ -77,29 +78,59 @@ export interface BufferedFile {
   contentType?: string;
 }
 
+/** The largest file buffer mode holds in memory unless the node says otherwise (file mode has no limit). */
+export const DEFAULT_BUFFER_LIMIT = 512 * MIB;
+
+function tooLargeForBuffer(ref: FileReference, maxBytes: number, size?: number): ServiceError {
+  return invalidInput(
+    `"${ref.filename}" is ${size === undefined ? 'larger than' : `${sizeText(size)}, more than`} the download node's buffer limit of ${sizeText(maxBytes)}: raise "Buffer limit" in the node, or save the file with file output`,
+  );
+}
+
 /**
- * Downloads a file whole into memory (buffer mode). With a Content-Length the Buffer is allocated once at
- * that size and filled as the bytes arrive, so memory peaks at the file's size, not twice it; without one
- * (or with a wrong one) the chunks are joined at the end.
+ * Downloads a file whole into memory (buffer mode), up to `maxBytes`: a larger Content-Length is refused
+ * before a byte is read, and a body that grows past the limit is stopped. With a Content-Length the Buffer
+ * is allocated once at that size and filled as the bytes arrive, so memory peaks at the file's size, not
+ * twice it; without one (or with a wrong one) the chunks are joined at the end.
  */
 export async function downloadToBuffer(
   rest: GenerationRestClient,
   ref: FileReference,
+  maxBytes: number,
   signal?: AbortSignal,
 ): Promise<BufferedFile> {
   const file = await rest.openFile(ref, signal);
+  if (file.contentLength !== undefined && file.contentLength > maxBytes) {
+    // Destroyed, not drained: reading what is announced is what the limit is there to prevent.
+    file.body.destroy();
+    throw tooLargeForBuffer(ref, maxBytes, file.contentLength);
+  }
   try {
-    return { payload: await readWhole(file.body, file.contentLength), contentType: file.contentType };
+    return {
+      payload: await readWhole(file.body, file.contentLength, maxBytes, ref),
+      contentType: file.contentType,
+    };
   } catch (error) {
     throw interrupted(ref, error);
   }
 }
 
-async function readWhole(body: AsyncIterable<Buffer>, length: number | undefined): Promise<Buffer> {
+async function readWhole(
+  body: OpenFile['body'],
+  length: number | undefined,
+  maxBytes: number,
+  ref: FileReference,
+): Promise<Buffer> {
   let whole = length !== undefined && length > 0 ? Buffer.allocUnsafe(length) : undefined;
   let filled = 0;
+  let received = 0;
   const spill: Buffer[] = [];
-  for await (const chunk of body) {
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    received += chunk.length;
+    if (received > maxBytes) {
+      body.destroy();
+      throw tooLargeForBuffer(ref, maxBytes);
+    }
     if (whole && filled + chunk.length <= whole.length) {
       chunk.copy(whole, filled);
       filled += chunk.length;
@@ -121,6 +152,71 @@ async function readWhole(body: AsyncIterable<Buffer>, length: number | undefined
  */
 const WRITE_BEHIND = 1 << 20;
 
+/** A file name for a sentence: a long one is shortened in the middle. */
+function shownName(name: string): string {
+  return name.length > 60 ? `${name.slice(0, 40)}…${name.slice(-12)}` : name;
+}
+
+function errorCode(error: unknown): string | undefined {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/**
+ * Why a file cannot be saved, by the file system's error code, in a sentence that says what to fix. It is
+ * `invalid_input`: where files go is the flow's choice, and trying again would not help.
+ */
+function cannotSave(ref: FileReference, directory: string, code: string | undefined): ServiceError {
+  const name = `"${shownName(ref.filename)}"`;
+  switch (code) {
+    case 'ENOTDIR':
+      return invalidInput(
+        `${name} cannot be saved: ${directory} is not a directory (a file is in its place or in its path): choose another directory`,
+      );
+    case 'ENAMETOOLONG':
+      return invalidInput(
+        `${name} cannot be saved in ${directory}: the name is longer than its file system allows`,
+      );
+    case 'EISDIR':
+      return invalidInput(
+        `${name} cannot be saved in ${directory}: a directory of that name is there, and it is not replaced`,
+      );
+    case 'EACCES':
+    case 'EPERM':
+    case 'EROFS':
+      return invalidInput(
+        `${name} cannot be saved in ${directory}: Node-RED may not write there (${code}): choose another directory or let Node-RED write to it`,
+      );
+    default:
+      return invalidInput(
+        `${name} cannot be saved in ${directory} (${code ?? 'file system error'}): check the directory`,
+      );
+  }
+}
+
+/**
+ * Checks the target's place before anything is requested: the directory is made if missing (refused when
+ * it, or a part of its path, is a file), the name must fit the file system, a directory of that name is
+ * never replaced, and an existing file only with `overwrite`.
+ */
+async function prepareTarget(target: string, ref: FileReference, directory: string, overwrite: boolean) {
+  try {
+    await mkdir(path.dirname(target), { recursive: true });
+  } catch (error) {
+    // mkdir says EEXIST when the directory itself is a file.
+    const code = errorCode(error);
+    throw cannotSave(ref, directory, code === 'EEXIST' ? 'ENOTDIR' : code);
+  }
+  let found: Stats | undefined;
+  try {
+    found = await lstat(target);
+  } catch (error) {
+    if (errorCode(error) !== 'ENOENT') throw cannotSave(ref, directory, errorCode(error));
+  }
+  if (found?.isDirectory()) throw cannotSave(ref, directory, 'EISDIR');
+  if (found && !overwrite) throw alreadyExists(ref, directory);
+}
+
 /** A new file to write: `wx`, so it never takes over a file that is there. */
 async function createFile(file: string, ref: FileReference, directory: string) {
   const out = createWriteStream(file, { flags: 'wx', highWaterMark: WRITE_BEHIND });
@@ -130,8 +226,7 @@ async function createFile(file: string, ref: FileReference, directory: string) {
       out.once('error', reject);
     });
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw invalidInput(`"${ref.filename}" cannot be written to ${directory} (${code ?? String(error)})`);
+    throw cannotSave(ref, directory, errorCode(error));
   }
   return out;
 }
@@ -142,17 +237,15 @@ function alreadyExists(ref: FileReference, directory: string): ServiceError {
   );
 }
 
-async function exists(file: string): Promise<boolean> {
-  return access(file).then(
-    () => true,
-    () => false,
-  );
+/** What is at `file`, if anything. */
+async function lstatOrNothing(file: string): Promise<Stats | undefined> {
+  return lstat(file).catch(() => undefined);
 }
 
 /**
  * Puts the finished temporary file at `target`. Overwriting is a rename, atomic: the target is the old file
  * or the new one, never a mix. Otherwise a hard link, which refuses a file that appeared meanwhile (a
- * rename where the file system has no links).
+ * rename where the file system has no links). A directory that took the name meanwhile is kept.
  */
 async function place(
   temporary: string,
@@ -168,8 +261,9 @@ async function place(
   try {
     await link(temporary, target);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST' || (await exists(target)))
-      throw alreadyExists(ref, directory);
+    const found = await lstatOrNothing(target);
+    if (found?.isDirectory()) throw cannotSave(ref, directory, 'EISDIR');
+    if (errorCode(error) === 'EEXIST' || found) throw alreadyExists(ref, directory);
     await rename(temporary, target);
     return;
   }
@@ -177,10 +271,11 @@ async function place(
 }
 
 /**
- * Streams a file into `directory` under the service's name. An existing file is kept unless `overwrite`
- * (refused before anything is requested). The bytes go to a temporary file beside the target, which takes
- * the target's place only once the file is complete: a transfer that breaks off, or a redeploy that stops
- * it, leaves the old file as it was and no partial file; two downloads of one name never interleave.
+ * Streams a file into `directory` under the service's name. The target's place is checked, and the
+ * temporary file made, before anything is requested (see `prepareTarget`); an existing file is kept unless
+ * `overwrite`. The bytes go to a temporary file beside the target, which takes the target's place only once
+ * the file is complete: a transfer that breaks off, or a redeploy that stops it, leaves the old file as it
+ * was and no partial file; two downloads of one name never interleave.
  */
 export async function downloadToDirectory(
   rest: GenerationRestClient,
@@ -190,23 +285,31 @@ export async function downloadToDirectory(
   signal?: AbortSignal,
 ): Promise<{ path: string; contentType?: string; size: number }> {
   const target = targetPath(directory, ref.filename);
-  await mkdir(path.dirname(target), { recursive: true });
-  if (!overwrite && (await exists(target))) throw alreadyExists(ref, directory);
-  const file = await rest.openFile(ref, signal);
+  await prepareTarget(target, ref, directory, overwrite);
   const temporary = path.join(path.dirname(target), `.graph-gen-${randomBytes(8).toString('hex')}.part`);
-  let out: WriteStream;
+  const out = await createFile(temporary, ref, directory);
+  const discard = async () => {
+    out.destroy();
+    await unlink(temporary).catch(() => undefined);
+  };
+  let file: OpenFile;
   try {
-    out = await createFile(temporary, ref, directory);
+    file = await rest.openFile(ref, signal);
   } catch (error) {
-    await file.body.dump().catch(() => undefined);
+    await discard();
     throw error;
   }
   try {
     await pipeline(file.body, out, { signal });
+  } catch (error) {
+    await discard();
+    throw interrupted(ref, error);
+  }
+  try {
     await place(temporary, target, overwrite, ref, directory);
   } catch (error) {
-    await unlink(temporary).catch(() => undefined);
-    throw interrupted(ref, error);
+    await discard();
+    throw error instanceof ServiceError ? error : cannotSave(ref, directory, errorCode(error));
   }
   return { path: target, contentType: file.contentType, size: out.bytesWritten };
 }

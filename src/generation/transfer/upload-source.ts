@@ -12,6 +12,9 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ServiceError, invalidInput } from '../../http/errors';
+import { timeLimitSignal } from '../../timers';
+import { checkAddress, guardedLookup, hostOf, isLocalAddress } from './local-address';
+import { sizeText } from './size-text';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
 export type PayloadSetting = 'auto' | 'path' | 'base64';
@@ -22,11 +25,20 @@ export type PayloadKind = 'bytes' | 'data-url' | 'url' | 'path' | 'base64';
 export interface UrlLimits {
   /** The largest file fetched from a URL, in bytes. */
   maxBytes: number;
-  /** The whole fetch (redirects and body) must end within this. */
+  /** The whole fetch (redirects and body) must end within this (a longer time than a timer holds: ~24.8 days). */
   timeoutMs: number;
+  /**
+   * Whether the URL, and every address it redirects to, may reach loopback, private and link-local
+   * addresses (see local-address.ts). Off, they are refused before anything is sent to them.
+   */
+  allowLocal: boolean;
 }
 
-export const DEFAULT_URL_LIMITS: UrlLimits = { maxBytes: 100 * 1024 * 1024, timeoutMs: 60_000 };
+export const DEFAULT_URL_LIMITS: UrlLimits = {
+  maxBytes: 100 * 1024 * 1024,
+  timeoutMs: 60_000,
+  allowLocal: false,
+};
 
 /** Redirects followed from an image URL, at most. */
 export const MAX_URL_REDIRECTS = 5;
@@ -45,7 +57,6 @@ export interface UploadSource {
 const MIN_AUTO_BASE64 = 64;
 const BASE64_TEXT = /^[A-Za-z0-9+/_-]+={0,2}$/;
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
-const MIB = 1024 * 1024;
 
 const nothingToRelease = async (): Promise<void> => undefined;
 
@@ -76,18 +87,49 @@ function decodeBase64(text: string, what: string): Buffer {
   return Buffer.from(compact, 'base64');
 }
 
-/** The bytes of a `data:` URL (`data:[<type>][;base64],<data>`). */
+const PERCENT = 0x25;
+
+function hexValue(byte: number): number {
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
+  const lower = byte | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x57 : -1;
+}
+
+/**
+ * Percent-decoding as URLs do it: each `%XX` is the byte XX (any byte, not only UTF-8 text), every other
+ * character its UTF-8 bytes, a `%` without two hex digits itself.
+ */
+export function percentDecode(text: string): Buffer {
+  const bytes = Buffer.from(text, 'utf8');
+  if (!bytes.includes(PERCENT)) return bytes;
+  let length = 0;
+  for (let index = 0; index < bytes.length; index++) {
+    const high = bytes[index] === PERCENT ? hexValue(bytes[index + 1]) : -1;
+    const low = high >= 0 ? hexValue(bytes[index + 2]) : -1;
+    if (low >= 0) {
+      bytes[length++] = (high << 4) | low;
+      index += 2;
+    } else {
+      bytes[length++] = bytes[index];
+    }
+  }
+  return bytes.subarray(0, length);
+}
+
+/**
+ * The bytes of a `data:` URL (`data:[<type>][;base64],<data>`), as the Fetch standard reads one: the data
+ * percent-decoded, then, with `;base64`, base64-decoded.
+ */
 export function decodeDataUrl(text: string): Buffer {
   const comma = text.indexOf(',');
   if (comma < 0) throw invalidInput('msg.payload is a data: URL without a comma before its data');
   const meta = text.slice(5, comma);
   const data = text.slice(comma + 1);
-  if (/;base64$/i.test(meta)) return decodeBase64(data, 'The data of the data: URL in msg.payload');
-  try {
-    return Buffer.from(decodeURIComponent(data), 'utf8');
-  } catch {
-    throw invalidInput('The data of the data: URL in msg.payload has a broken percent-encoding');
+  if (/;\s*base64\s*$/i.test(meta)) {
+    const base64 = data.includes('%') ? percentDecode(data).toString('latin1') : data;
+    return decodeBase64(base64, 'The data of the data: URL in msg.payload');
   }
+  return percentDecode(data);
 }
 
 /**
@@ -105,6 +147,11 @@ export async function readUploadSource(
     signal?: AbortSignal;
     /** Called when a URL is about to be fetched (the node says so in its status). */
     onFetch?: () => void;
+    /**
+     * Which addresses count as local (default: `isLocalAddress`). Tests, which stand in for the internet
+     * on 127.0.0.1, narrow it.
+     */
+    isLocal?: (address: string) => boolean;
   } = {},
 ): Promise<UploadSource> {
   const { filename, limits = DEFAULT_URL_LIMITS, signal } = options;
@@ -131,15 +178,10 @@ export async function readUploadSource(
       return { kind, source: decodeBase64(text, 'msg.payload'), name: filename, release: nothingToRelease };
     case 'url':
       options.onFetch?.();
-      return fetchToTemporaryFile(text, filename, limits, signal);
+      return fetchToTemporaryFile(text, filename, limits, signal, options.isLocal ?? isLocalAddress);
     default:
       return { kind: 'path', source: payload, name: filename, release: nothingToRelease };
   }
-}
-
-/** The host of an address, for sentences: never its path or query (either may hold a signature). */
-function hostOf(url: URL): string {
-  return url.host;
 }
 
 /** The stored name a URL gives: its last path segment, decoded, if that is a plain file name. */
@@ -155,11 +197,6 @@ export function nameFromUrl(url: URL): string | undefined {
   return name;
 }
 
-function sizeText(bytes: number): string {
-  const mib = bytes / MIB;
-  return mib >= 1 ? `${Number(mib.toFixed(1))} MiB` : `${bytes} bytes`;
-}
-
 function tooLarge(host: string, limits: UrlLimits, size?: number): ServiceError {
   return invalidInput(
     `The file at ${host} is ${size === undefined ? 'larger than' : `${sizeText(size)}, more than`} the upload node's URL limit of ${sizeText(limits.maxBytes)}: raise "URL limit" in the node, or fetch it another way`,
@@ -173,14 +210,16 @@ function header(headers: Dispatcher.ResponseData['headers'], name: string): stri
 
 /**
  * Streams a URL's file into a temporary directory: redirects followed up to MAX_URL_REDIRECTS (http and
- * https only), the size checked against Content-Length and again while the bytes arrive, the whole fetch
- * bounded by `timeoutMs`. Errors name the host that failed, never a path or query.
+ * https only, never from https to http), each address checked before it is connected to (see
+ * `checkAddress`, `guardedLookup`), the size checked against Content-Length and again while the bytes
+ * arrive, the whole fetch bounded by `timeoutMs`. Errors name the host that failed, never a path or query.
  */
 async function fetchToTemporaryFile(
   address: string,
   filename: string | undefined,
   limits: UrlLimits,
-  signal?: AbortSignal,
+  signal: AbortSignal | undefined,
+  isLocal: (address: string) => boolean,
 ): Promise<UploadSource> {
   let url: URL;
   try {
@@ -195,11 +234,15 @@ async function fetchToTemporaryFile(
     );
   }
   const firstUrl = url;
-  const timeout = AbortSignal.timeout(limits.timeoutMs);
+  const timeout = timeLimitSignal(limits.timeoutMs);
   const stop = signal ? AbortSignal.any([signal, timeout]) : timeout;
+  let refusal: ServiceError | undefined;
   // A pool of its own: the service's pool carries the service's key, and a slow image host must not hold
   // the service's connections.
-  const agent = new Agent({ connections: 1 });
+  const agent = new Agent({
+    connections: 1,
+    connect: limits.allowLocal ? {} : { lookup: guardedLookup(isLocal, (error) => (refusal = error)) },
+  });
   let directory: string | undefined;
   const release = async (): Promise<void> => {
     if (directory) await rm(directory, { recursive: true, force: true });
@@ -207,6 +250,7 @@ async function fetchToTemporaryFile(
   };
   try {
     let response: Dispatcher.ResponseData;
+    checkAddress(url, undefined, limits.allowLocal, isLocal);
     for (let redirects = 0; ; redirects++) {
       response = await request(url, {
         method: 'GET',
@@ -233,6 +277,7 @@ async function fetchToTemporaryFile(
           `${hostOf(url)} redirected the file to ${next ? `a ${next.protocol} address` : 'no readable address'}; only http and https are followed`,
         );
       }
+      checkAddress(next, url, limits.allowLocal, isLocal);
       url = next;
     }
     const host = hostOf(url);
@@ -268,7 +313,7 @@ async function fetchToTemporaryFile(
     return { kind: 'url', source: file, name, release };
   } catch (error) {
     await release();
-    throw fetchError(error, hostOf(url), limits, signal, timeout);
+    throw refusal ?? fetchError(error, hostOf(url), limits, signal, timeout);
   } finally {
     void agent.destroy().catch(() => undefined);
   }

@@ -217,16 +217,25 @@ export function seedInputsByName(workflow: Workflow): SeedInput[] {
   return seeds;
 }
 
-/** A uniform random whole number in [min, max] (up to 2^53 values: crypto's randomInt stops at 2^48). */
-export function randomSeed(min: number, max: number): number {
+/** 64 random bits. */
+function randomBits(): bigint {
+  return randomBytes(8).readBigUInt64BE();
+}
+
+/**
+ * A uniform random whole number in [min, max], both safe integers (up to 2^54 - 1 values: crypto's randomInt
+ * stops at 2^48). Wide ranges are counted in BigInt: their size, up to 2^54 - 1, is not a safe integer, and
+ * rounding it would let a draw land past `max`. `bits` gives 64 random bits (tests pick them).
+ */
+export function randomSeed(min: number, max: number, bits: () => bigint = randomBits): number {
   const count = max - min + 1;
   if (count < 2 ** 48) return min + randomInt(count);
-  const span = BigInt(count);
+  const span = BigInt(max) - BigInt(min) + 1n;
   // Rejection keeps it uniform: 64 random bits, minus the top remainder that would favour small values.
   const limit = 2n ** 64n - (2n ** 64n % span);
   for (;;) {
-    const bits = randomBytes(8).readBigUInt64BE();
-    if (bits < limit) return min + Number(bits % span);
+    const drawn = bits();
+    if (drawn < limit) return Number(BigInt(min) + (drawn % span));
   }
 }
 
