@@ -97,7 +97,7 @@ describe('real ComfyUI: queue', function () {
       20_000,
     );
     assert.equal(ended.payload.status, 'cancelled', JSON.stringify(ended.payload));
-    const job = await jobReaches(running, ['failed', 'completed'], 20_000);
+    const job = await jobReaches(running, ['failed', 'completed', 'cancelled'], 20_000);
     assert.notEqual(job.status, 'completed');
   });
 

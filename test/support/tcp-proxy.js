@@ -14,16 +14,18 @@ const REFUSAL =
 
 /**
  * Starts a proxy to `target` ({host, port}). Resolves to
- * `{port, url, open, cutAll(), refuseUpgrades(on), blockNew(on), counters, close()}` where `open` is the
- * number of connections open now (both sides) and `counters` holds `connections` (accepted), `upgrades`
- * (connections that asked for a WebSocket and were passed on), `upgradesRefused`, `dropped` (connections
- * dropped by blockNew) and `cuts` (calls of cutAll).
+ * `{port, url, open, cutAll(), refuseUpgrades(on), blockNew(on), loseAnswerTo(pattern), counters, close()}` where
+ * `open` is the number of connections open now (both sides) and `counters` holds `connections` (accepted),
+ * `upgrades` (connections that asked for a WebSocket and were passed on), `upgradesRefused`, `dropped`
+ * (connections dropped by blockNew), `cuts` (calls of cutAll) and `answersLost`.
  */
 async function startTcpProxy(target) {
   const sockets = new Set();
   let refusing = false;
   let blocking = false;
-  const counters = { connections: 0, upgrades: 0, upgradesRefused: 0, dropped: 0, cuts: 0 };
+  /** The next request whose text matches this is passed on and its answer lost (loseAnswerTo). */
+  let answerToLose;
+  const counters = { connections: 0, upgrades: 0, upgradesRefused: 0, dropped: 0, cuts: 0, answersLost: 0 };
 
   function track(socket) {
     sockets.add(socket);
@@ -36,9 +38,28 @@ async function startTcpProxy(target) {
     const upstream = net.connect(target.port, target.host);
     track(upstream);
     upstream.setNoDelay(true);
+    // A request that loseAnswerTo names is passed on whole; its answer is not: the connection is cut as the
+    // server starts answering (the server has acted on it, the client never hears).
+    let losing = false;
+    const watch = (chunk) => {
+      if (!losing && answerToLose && answerToLose.test(chunk.toString('latin1'))) {
+        answerToLose = undefined;
+        losing = true;
+        counters.answersLost++;
+      }
+    };
+    watch(head);
     if (head.length > 0) upstream.write(head);
-    client.pipe(upstream);
-    upstream.pipe(client);
+    client.on('data', (chunk) => {
+      watch(chunk);
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (losing) {
+        client.destroy();
+        upstream.destroy();
+      } else client.write(chunk);
+    });
     client.once('close', () => upstream.destroy());
     upstream.once('close', () => client.destroy());
     client.resume();
@@ -103,6 +124,13 @@ async function startTcpProxy(target) {
     /** While on, each new connection is destroyed as soon as it is accepted (the network is down). */
     blockNew(on = true) {
       blocking = Boolean(on);
+    },
+    /**
+     * The next request whose text matches `pattern` (e.g. /^POST \/api\/prompt /m) reaches the server, and the
+     * connection is cut as its answer starts: a request whose answer was lost.
+     */
+    loseAnswerTo(pattern) {
+      answerToLose = pattern;
     },
     /** Stops listening and destroys every open connection. */
     close() {

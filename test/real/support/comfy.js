@@ -57,9 +57,14 @@ function runningPid() {
   }
 }
 
+/** Whether the kit's start.sh loads the probe itself (COMFY_PREVIEW_PROBE=1, the newer kit). */
+function kitLoadsProbe() {
+  return fs.readFileSync(path.join(KIT, 'start.sh'), 'utf8').includes('COMFY_PREVIEW_PROBE');
+}
+
 /** The probe node in the server's custom nodes, and what start.sh needs to load it (whitelisted by name). */
 function probeArguments() {
-  if (!fs.existsSync(PREVIEW_PROBE)) return [];
+  if (kitLoadsProbe() || !fs.existsSync(PREVIEW_PROBE)) return [];
   const target = path.join(home, 'data/custom_nodes/comfy_preview_probe');
   fs.rmSync(target, { recursive: true, force: true });
   fs.mkdirSync(path.dirname(target), { recursive: true });
@@ -68,7 +73,7 @@ function probeArguments() {
 }
 
 async function start(clean) {
-  const env = { COMFY_PORT: String(port), COMFY_CLEAN: clean ? '1' : '0', COMFY_PREVIEW_PROBE: '0' };
+  const env = { COMFY_PORT: String(port), COMFY_CLEAN: clean ? '1' : '0', COMFY_PREVIEW_PROBE: '1' };
   // Under data/custom_nodes, which COMFY_CLEAN leaves alone.
   const extra = probeArguments();
   await run('start.sh', env, START_TIMEOUT_MS, extra);
