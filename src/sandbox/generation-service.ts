@@ -578,16 +578,7 @@ export async function mountGenerationService(
       });
       return;
     }
-    const problem = validatePrompt(body.prompt, definitions);
-    if (problem) {
-      ctx.json(400, problem);
-      return;
-    }
-    const extraData =
-      body.extra_data && typeof body.extra_data === 'object'
-        ? (body.extra_data as Record<string, unknown>)
-        : undefined;
-    const clientId = typeof body.client_id === 'string' ? body.client_id : undefined;
+    // As ComfyUI 0.33: the id is checked before the workflow.
     const asked = (body as { prompt_id?: unknown }).prompt_id;
     let promptId: string | undefined;
     if (asked !== undefined && asked !== null) {
@@ -607,6 +598,16 @@ export async function mountGenerationService(
       // Older servers take any id, as text.
       promptId = String(asked);
     } else if (asked === null && jobs.selfHosted && !since(25)) promptId = 'None';
+    const problem = validatePrompt(body.prompt, definitions);
+    if (problem) {
+      ctx.json(400, problem);
+      return;
+    }
+    const extraData =
+      body.extra_data && typeof body.extra_data === 'object'
+        ? (body.extra_data as Record<string, unknown>)
+        : undefined;
+    const clientId = typeof body.client_id === 'string' ? body.client_id : undefined;
     const job = jobs.submit(body.prompt as Record<string, unknown>, clientId, extraData, promptId);
     ctx.json(200, { prompt_id: job.id, number: job.number, node_errors: {} });
   });
