@@ -287,7 +287,7 @@ async function runOurs(child, jobs) {
   // Submitted as the submit node does, then awaited as the await-job node does.
   const ids = await submitAll(
     jobs,
-    async () => (await connection.rest.submit(WORKFLOW, connection.clientId)).prompt_id,
+    async () => (await connection.submit(WORKFLOW)).prompt_id,
   );
   const before = await child.call('stats');
   const latencies = [];
@@ -349,7 +349,7 @@ async function heapPerJob(child, jobs) {
   await connection.sockets().ready(5000);
   const ids = await submitAll(
     jobs,
-    async () => (await connection.rest.submit(WORKFLOW, connection.clientId)).prompt_id,
+    async () => (await connection.submit(WORKFLOW)).prompt_id,
   );
   // Warm the paths once so the measurement holds jobs, not code.
   const warm = tracker.track(ids[0]);
