@@ -11,9 +11,9 @@
  *
  * Routing as real deployments do (FACTS.md): a self-hosted server sends a job's events only to the
  * socket whose clientId the job named (one socket per clientId: a newer one replaces the older, and the
- * older one's close forgets the newer), and for a job without client_id sends no `execution_start`,
- * `execution_cached` or `execution_success` but broadcasts the rest; the cloud sends every event to every
- * socket of the key.
+ * older one's close forgets the newer, Comfy-Org/ComfyUI#16010), and for a job without client_id sends no
+ * `execution_start`, `execution_cached` or `execution_success` but broadcasts the rest; the cloud sends every
+ * event to every socket of the key. Past 400 lines: a job's whole script, event by event, is one story.
  */
 import { randomUUID } from 'node:crypto';
 import type { WebSocket } from 'ws';

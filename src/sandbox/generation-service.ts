@@ -3,7 +3,9 @@
  * FACTS.md): node definitions, streamed uploads, submit validated like a real server, status in spec or raw
  * words, jobs/history endpoints (each switchable off to test fallbacks), downloads that redirect to a signed
  * address on a separate storage server (cloud) or answer with the file (self-hosted), queue and interrupt.
- * With no API key it is a self-hosted server: no key checked, every route also served without `/api`.
+ * With no API key it is a self-hosted server: no key checked, every route also served without `/api`, answering
+ * as the ComfyUI version it is set to (0.8.0 or 0.33.0 behaviours). Past 400 lines: one route per endpoint of
+ * the real servers, each answering as they were measured to.
  */
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';

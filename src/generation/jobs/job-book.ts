@@ -16,6 +16,7 @@
  *   job moved on meanwhile, the socket is opened again;
  * - while the socket is down: every job, at a growing interval;
  * - whenever a life asks (an answer to confirm, one that could not be read, a run that is over).
+ * Past 400 lines: every reason to ask the server lives here, so "when is a job checked" has one answer.
  * No Node-RED inside.
  */
 import { setMaxListeners } from 'node:events';

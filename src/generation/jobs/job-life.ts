@@ -2,7 +2,8 @@
  * A job's life, from the moment it is awaited to its end: its states and every transition between them. This
  * is the one place that decides how a job ended; the socket only carries its events, lookups only answer, and
  * the book (job-book.ts) only decides when to ask and does the asking. One life per prompt_id and config node,
- * shared by every await of the job. No Node-RED inside.
+ * shared by every await of the job. Past 400 lines: its two tables below, and every transition beside them.
+ * No Node-RED inside.
  *
  * States
  * | state     | what is known                                                   | awaits get            |

@@ -14,7 +14,8 @@
  * `/api/history/{id}` (self-hosted servers), and the queue (`/api/jobs?status=pending,in_progress` where the
  * server lists its active jobs, else `/api/queue`) to tell a job that waits from one the service has forgotten,
  * and to answer for many jobs at once. One JobLookup per config node remembers the routes its server lacks, so a
- * check costs one request, not three. Words are mapped by status-words.
+ * check costs one request, not three. Words are mapped by status-words. Past 400 lines: every route's answer
+ * shape, read in one place.
  */
 import type { HttpClient } from '../../http/client';
 import { ServiceError } from '../../http/errors';

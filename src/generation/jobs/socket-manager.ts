@@ -1,14 +1,18 @@
 /**
  * The one WebSocket of a config node, shared by every node that uses it. It owns the socket, its heartbeat
  * and its reconnects; nodes register as users (queue status, notifications, connection state) and subscribe
- * per prompt_id. Events of a prompt_id nobody awaits yet are kept, bounded, and replayed in order to every
- * subscriber, so `submit -> delay -> await` loses nothing and two awaits of one job see the same events.
+ * per prompt_id. It carries frames (frame-reader.ts reads them) to the subscribers of their prompt_id; events of
+ * a prompt_id nobody awaits yet are kept (kept-events.ts) and replayed in order to every subscriber, so
+ * `submit -> delay -> await` loses nothing and two awaits of one job see the same events. It knows nothing of a
+ * job's state (job-life.ts does). Past 400 lines: the connection's whole lifecycle (open, heartbeat, backoff,
+ * reopen, idle close, close) is one state kept in one place, with the users and subscriptions it serves.
  * No Node-RED inside.
  */
 import WebSocket from 'ws';
-import { cleanForReport, holdsSecret, removeSecrets } from '../../http/errors';
-import { DEFAULT_MAX_FRAME_BYTES, parseBinaryFrame, type BinaryFrame } from './frames';
-import { RecentMap } from './recent-map';
+import { cleanForReport } from '../../http/errors';
+import { DEFAULT_MAX_FRAME_BYTES, type BinaryFrame } from './frames';
+import { FrameReader } from './frame-reader';
+import { KeptEvents } from './kept-events';
 
 export interface SocketManagerOptions {
   /** The service's base address (http/https); the socket goes to the same host with ws/wss at /ws. */
@@ -101,24 +105,6 @@ export interface SocketStats {
   progressFramesSkipped: number;
 }
 
-interface BufferedJob {
-  firstAt: number;
-  events: SocketEvent[];
-}
-
-const TERMINAL_EVENTS = new Set(['execution_success', 'execution_error', 'execution_interrupted']);
-/** Events dropped first when a kept job's buffer is full: the result does not depend on them. */
-const LOSSY_EVENTS = new Set(['progress', 'progress_state', 'preview', 'text']);
-/** At least this many of the latest ended prompt_ids are remembered (their late events are dropped). */
-const ENDED_MEMORY = 4096;
-/**
- * Frames that only feed progress output: while no await wants progress they are not parsed at all (a job's
- * live previews and per-node step states are most of the frames a busy server sends).
- */
-const PROGRESS_ONLY_TEXT = new Set(['progress_state']);
-const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
-/** A text frame's type when it comes first, as the services send it; a frame in another order is parsed. */
-const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
 /**
  * Frames read in one turn of the event loop before the socket pauses until the next turn. A server that
  * sends faster than we read would otherwise keep the loop in its I/O phase (Node reads a busy socket up to
@@ -164,9 +150,9 @@ export class SocketManager {
   private progressWanted = 0;
   /** Frames read in this turn of the event loop (see FRAMES_PER_TURN). */
   private framesThisTurn = 0;
-  private readonly buffered = new Map<string, BufferedJob>();
-  /** prompt_ids whose await ended: their late events (`executing` null...) are not kept. */
-  private readonly ended = new RecentMap<string, true>(ENDED_MEMORY);
+  /** Events of jobs nobody awaits yet, for the await that comes. */
+  private readonly kept: KeptEvents;
+  private readonly frames: FrameReader;
   private readonly waiters = new Set<{ deadline: number; finish: (open: boolean) => void }>();
   private ws?: WebSocket;
   private currentState: ConnectionState = 'idle';
@@ -174,14 +160,7 @@ export class SocketManager {
   private attempt = 0;
   private refused = false;
   private closed = false;
-  /** The jobs executing now, by their events: prompt-less binary frames belong to the one, if only one. */
-  private readonly executing = new Set<string>();
-  /** Bytes of the events in `buffered`. */
-  private keptSize = 0;
-  private ageTimer?: NodeJS.Timeout;
   private readonly secrets: string[];
-  /** The secrets as written and URL-encoded, to look for in a frame's text. */
-  private readonly secretForms: string[];
   private reconnectTimer?: NodeJS.Timeout;
   private reconnectAt = 0;
   private pingTimer?: NodeJS.Timeout;
@@ -197,10 +176,29 @@ export class SocketManager {
   constructor(readonly options: SocketManagerOptions) {
     this.timings = { ...SocketManager.defaultTimings, ...options.timings };
     this.limits = { ...SocketManager.defaultLimits, ...options.limits };
+    this.kept = new KeptEvents(this.limits, this.stats);
     this.secrets = [options.apiKey, ...(options.secrets ?? [])].filter(
       (secret): secret is string => typeof secret === 'string' && secret.length > 0,
     );
-    this.secretForms = [...new Set(this.secrets.flatMap((secret) => [secret, encodeURIComponent(secret)]))];
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- read by the sink's getters on every frame
+    const manager = this;
+    this.frames = new FrameReader(this.secrets, this.limits.maxFrameBytes, this.stats, {
+      get progressWanted() {
+        return manager.progressWanted > 0;
+      },
+      get epoch() {
+        return manager.epochCount;
+      },
+      job: (promptId, event) => this.dispatch(promptId, event),
+      status: (queue, data) => {
+        for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
+      },
+      notification: (text, data) => {
+        for (const user of [...this.users]) this.safely(() => user.onNotification?.(text, data));
+      },
+      features: (data) => (this.serverFeatures = data),
+      drop: (reason) => this.drop(reason),
+    });
   }
 
   get state(): ConnectionState {
@@ -275,13 +273,12 @@ export class SocketManager {
     }
     set.add(listener);
     if (progress) this.progressWanted += 1;
-    this.ended.delete(promptId);
+    this.kept.awaited(promptId);
     this.cancelGrace();
     this.ensureOpen();
     // The kept events stay (and grow with live ones) while the job is awaited, so a second await of the
     // same job is replayed the same events; they go when its last await leaves.
-    const kept = this.buffered.get(promptId);
-    if (kept) for (const event of [...kept.events]) this.deliver(listener, event);
+    for (const event of this.kept.eventsOf(promptId)) this.deliver(listener, event);
     let subscribed = true;
     return (options = {}) => {
       if (!subscribed) return;
@@ -291,9 +288,7 @@ export class SocketManager {
       current?.delete(listener);
       if (current && current.size === 0) {
         this.listeners.delete(promptId);
-        const entry = this.buffered.get(promptId);
-        if (entry) this.forget(promptId, entry);
-        if (options.ended) this.rememberEnded(promptId);
+        this.kept.release(promptId, options.ended === true);
       }
       this.closeWhenUnused();
     };
@@ -305,10 +300,7 @@ export class SocketManager {
     this.clearTimers();
     this.cancelGrace();
     for (const waiter of [...this.waiters]) waiter.finish(false);
-    this.buffered.clear();
-    this.keptSize = 0;
-    clearInterval(this.ageTimer);
-    this.ageTimer = undefined;
+    this.kept.clear();
     this.listeners.clear();
     await this.closeSocket();
     this.setState('closed');
@@ -361,7 +353,7 @@ export class SocketManager {
       this.pace(ws);
       // A frame's handling must never throw into ws (an uncaught error there takes Node-RED down).
       try {
-        this.onMessage(data, isBinary);
+        this.frames.read(data, isBinary);
       } catch (error) {
         this.drop(`a frame could not be handled: ${String(error)}`);
       }
@@ -417,7 +409,7 @@ export class SocketManager {
     clearInterval(this.pingTimer);
     clearTimeout(this.stableTimer);
     this.pingTimer = this.stableTimer = undefined;
-    this.executing.clear();
+    this.frames.reset();
     if (this.closed) return;
     if (this.currentState === 'idle') {
       // Someone subscribed or waited while this idle close was under way (ensureOpen saw the closing socket
@@ -520,26 +512,6 @@ export class SocketManager {
     }
   }
 
-  private onMessage(data: WebSocket.RawData, isBinary: boolean): void {
-    this.stats.framesReceived += 1;
-    const buffer = Array.isArray(data)
-      ? Buffer.concat(data)
-      : Buffer.isBuffer(data)
-        ? data
-        : Buffer.from(data);
-    if (isBinary) {
-      if (
-        this.progressWanted === 0 &&
-        buffer.length >= 4 &&
-        PROGRESS_ONLY_BINARY.has(buffer.readUInt32BE(0))
-      ) {
-        this.stats.progressFramesSkipped += 1;
-        return;
-      }
-      this.onBinary(buffer);
-    } else this.onText(buffer);
-  }
-
   /** Whether other awaits already listen to this job (a new one has missed their earlier events). */
   isListened(promptId: string): boolean {
     return this.listeners.has(promptId);
@@ -547,135 +519,12 @@ export class SocketManager {
 
   /** Whether events of this job are kept (a new await is replayed them all). */
   isKept(promptId: string): boolean {
-    return this.buffered.has(promptId);
+    return this.kept.has(promptId);
   }
 
   private drop(reason: string): void {
     this.stats.framesDropped += 1;
     this.log('debug', `graph-gen socket: dropped a frame: ${reason}`);
-  }
-
-  private onText(buffer: Buffer): void {
-    const text = buffer.toString('utf8');
-    if (this.progressWanted === 0) {
-      const leading = LEADING_TYPE.exec(text);
-      if (leading && PROGRESS_ONLY_TEXT.has(leading[1])) {
-        this.stats.progressFramesSkipped += 1;
-        return;
-      }
-    }
-    let message: unknown;
-    try {
-      message = JSON.parse(text);
-    } catch {
-      this.drop('text frame that is not JSON');
-      return;
-    }
-    if (!message || typeof message !== 'object' || typeof (message as { type?: unknown }).type !== 'string') {
-      this.drop('text frame without a type');
-      return;
-    }
-    // An error message or traceback may echo a key: such an event is passed on without it. A frame without
-    // escapes holds its strings as written, so a string search in the text decoded for JSON.parse decides;
-    // one with escapes (a key written `\u002B` or `\/`) is decided on the parsed value.
-    if (
-      this.secrets.length > 0 &&
-      (this.echoesSecret(text) || (text.includes('\\') && holdsSecret(message, this.secrets)))
-    )
-      message = removeSecrets(message, this.secrets);
-    const { type, data: rawData } = message as { type: string; data?: unknown };
-    const data =
-      rawData && typeof rawData === 'object' && !Array.isArray(rawData)
-        ? (rawData as Record<string, unknown>)
-        : {};
-    if (type === 'status') {
-      const queue = queueRemaining(data);
-      // An empty queue: nothing executes, whatever end events were missed.
-      if (queue === 0) this.executing.clear();
-      for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
-      return;
-    }
-    if (type === 'feature_flags') {
-      this.serverFeatures = data;
-      return;
-    }
-    if (type === 'notification') {
-      const text = typeof data.value === 'string' ? data.value : JSON.stringify(data.value ?? '');
-      for (const user of [...this.users]) this.safely(() => user.onNotification?.(text, data));
-      return;
-    }
-    const promptId = data.prompt_id;
-    if (typeof promptId !== 'string' || promptId === '') return;
-    this.trackExecuting(type, data, promptId);
-    this.dispatch(promptId, { type, data, epoch: this.epochCount, bytes: buffer.length });
-  }
-
-  /**
-   * Binary types 1 and 3 carry no prompt_id: they belong to the job that is executing, which only the
-   * events tell. Several at once (a cloud key runs jobs in parallel) and no frame can be placed.
-   */
-  private trackExecuting(type: string, data: Record<string, unknown>, promptId: string): void {
-    if (type === 'execution_start') this.executing.add(promptId);
-    else if (type === 'executing') {
-      if (data.node === null || data.node === undefined || data.node === '') this.executing.delete(promptId);
-      else this.executing.add(promptId);
-    } else if (TERMINAL_EVENTS.has(type)) this.executing.delete(promptId);
-  }
-
-  private echoesSecret(text: string): boolean {
-    for (const form of this.secretForms) if (text.includes(form)) return true;
-    return false;
-  }
-  private onBinary(buffer: Buffer): void {
-    const parsed = parseBinaryFrame(buffer, this.limits.maxFrameBytes);
-    if (!parsed.ok) {
-      if (parsed.unknownType !== undefined) this.stats.unknownBinaryFrames += 1;
-      this.drop(parsed.reason);
-      return;
-    }
-    // A text frame carries a node's own words, which may echo a key as a text event does: passed on without it.
-    // A preview's metadata is JSON the server wrote: decided on its parsed value.
-    const echoes =
-      this.secrets.length > 0 &&
-      (parsed.frame.type === 3
-        ? this.echoesSecret(parsed.frame.nodeId) || this.echoesSecret(parsed.frame.text)
-        : parsed.frame.type === 4 && holdsSecret(parsed.frame.metadata, this.secrets));
-    const frame = echoes ? removeSecrets(parsed.frame, this.secrets) : parsed.frame;
-    const bytes = buffer.length;
-    if (frame.type === 4) {
-      const promptId = frame.metadata.prompt_id;
-      if (typeof promptId !== 'string' || promptId === '') {
-        this.drop('preview whose metadata has no prompt_id');
-        return;
-      }
-      this.dispatch(promptId, {
-        type: 'preview',
-        data: frame.metadata,
-        frame,
-        epoch: this.epochCount,
-        bytes,
-      });
-      return;
-    }
-    if (this.executing.size !== 1) {
-      if (this.executing.size > 1) this.stats.unattributedFrames += 1;
-      this.drop(
-        `binary frame of type ${frame.type} while ${this.executing.size === 0 ? 'no job is' : 'several jobs are'} executing`,
-      );
-      return;
-    }
-    const [promptId] = this.executing;
-    const event: SocketEvent =
-      frame.type === 1
-        ? { type: 'preview', data: { prompt_id: promptId }, frame, epoch: this.epochCount, bytes }
-        : {
-            type: 'text',
-            data: { prompt_id: promptId, node: frame.nodeId, text: frame.text },
-            frame,
-            epoch: this.epochCount,
-            bytes,
-          };
-    this.dispatch(promptId, event);
   }
 
   private dispatch(promptId: string, event: SocketEvent): void {
@@ -685,78 +534,20 @@ export class SocketManager {
       if (set.size === 1) for (const listener of set) this.deliver(listener, event);
       else for (const listener of [...set]) this.deliver(listener, event);
       // A job awaited after its events were kept keeps them all, for a further await of it.
-      if (this.buffered.has(promptId)) this.keep(promptId, event);
+      this.kept.offer(promptId, event, true);
       return;
     }
-    if (this.ended.has(promptId)) return;
-    this.keep(promptId, event);
-  }
-
-  private keep(promptId: string, event: SocketEvent): void {
-    const size = eventBytes(event);
-    const now = Date.now();
-    let entry = this.buffered.get(promptId);
-    // Map order is insertion order: the oldest kept jobs are at the front, and make room first.
-    for (const [id, kept] of this.buffered) {
-      const full =
-        this.keptSize + size > this.limits.keptBytes || (!entry && this.buffered.size >= this.limits.jobs);
-      if (!full && now - kept.firstAt <= this.limits.maxAgeMs) break;
-      if (id === promptId) break;
-      this.forget(id, kept);
-      this.stats.bufferedEventsDropped += kept.events.length;
-    }
-    if (this.keptSize + size > this.limits.keptBytes) {
-      this.stats.bufferedEventsDropped += 1;
-      return;
-    }
-    if (!entry) {
-      entry = { firstAt: now, events: [] };
-      this.buffered.set(promptId, entry);
-      this.ageTimer ??= setInterval(() => this.forgetOld(), Math.max(1000, this.limits.maxAgeMs / 4));
-      this.ageTimer.unref();
-    }
-    entry.events.push(event);
-    this.keptSize += size;
-    this.stats.eventsBuffered += 1;
-    if (entry.events.length > this.limits.eventsPerJob) {
-      const lossy = entry.events.findIndex((kept) => LOSSY_EVENTS.has(kept.type));
-      const [dropped] = entry.events.splice(lossy >= 0 ? lossy : 0, 1);
-      this.keptSize -= eventBytes(dropped);
-      this.stats.bufferedEventsDropped += 1;
-    }
-  }
-
-  /** Drops kept jobs past their age, on a timer: no new event may come to push them out. */
-  private forgetOld(): void {
-    const now = Date.now();
-    for (const [id, kept] of this.buffered) {
-      if (now - kept.firstAt <= this.limits.maxAgeMs) break;
-      this.forget(id, kept);
-      this.stats.bufferedEventsDropped += kept.events.length;
-    }
-    if (this.buffered.size === 0) {
-      clearInterval(this.ageTimer);
-      this.ageTimer = undefined;
-    }
-  }
-
-  private forget(promptId: string, kept: BufferedJob): void {
-    this.buffered.delete(promptId);
-    for (const event of kept.events) this.keptSize -= eventBytes(event);
+    this.kept.offer(promptId, event, false);
   }
 
   /** Bytes of the events kept for later awaits. */
   get keptBytes(): number {
-    return this.keptSize;
-  }
-
-  private rememberEnded(promptId: string): void {
-    this.ended.set(promptId, true);
+    return this.kept.bytes;
   }
 
   /** Number of prompt_ids whose events are kept for a later await. */
   get keptJobs(): number {
-    return this.buffered.size;
+    return this.kept.count;
   }
 
   private deliver(listener: JobListener, event: SocketEvent): void {
@@ -804,20 +595,4 @@ export function socketAddress(baseUrl: string, clientId: string, apiKey?: string
   url.searchParams.set('clientId', clientId);
   if (apiKey) url.searchParams.set('token', apiKey);
   return url.toString();
-}
-
-/** What a kept event holds on to: its frame's size on the wire, or its binary frame's content. */
-function eventBytes(event: SocketEvent | undefined): number {
-  if (!event) return 0;
-  if (event.bytes !== undefined) return event.bytes;
-  const frame = event.frame;
-  if (!frame) return 0;
-  return frame.type === 3 ? Buffer.byteLength(frame.text) + frame.nodeId.length : frame.image.length;
-}
-
-/** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
-function queueRemaining(data: Record<string, unknown>): number | undefined {
-  const status = data.status as { exec_info?: { queue_remaining?: unknown } } | undefined;
-  const value = status?.exec_info?.queue_remaining ?? data.queue_remaining;
-  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
 }

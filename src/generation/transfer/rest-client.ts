@@ -1,7 +1,8 @@
 /**
  * The generation service's REST calls (spec endpoints 1-9) on a config node's HttpClient: node definitions
  * (cached), uploads streamed as multipart, submit, downloads that follow the service's redirect to a signed
- * address WITHOUT the key, and queue control. No Node-RED inside.
+ * address WITHOUT the key, and queue control. Past 400 lines: one method per spec endpoint, each with its own
+ * refusals and error sentences. No Node-RED inside.
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
