@@ -191,21 +191,7 @@ describe('hardening', () => {
 
     it("a storage host's error that echoes the signature does not carry it to msg.error", async () => {
       const signature = 'a1b2c3d4e5f6a7b8c9d0';
-      rogue.handle = (req, res) => {
-        if (req.url.startsWith('/api/view'))
-          return res
-            .writeHead(302, { location: `/bucket/fox.png?X-Amz-Signature=${signature}&X-Amz-Expires=300` })
-            .end();
-        res
-          .writeHead(403, { 'content-type': 'application/xml' })
-          .end(
-            `<Error><Code>SignatureDoesNotMatch</Code><Message>bad</Message><SignatureProvided>${signature}</SignatureProvided></Error>`,
-          );
-      };
-      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
-      const failure = await failureOf('n', {
-        payload: { filename: 'fox.png', subfolder: '', type: 'output' },
-      });
+      const failure = await storageEchoing(rogue, signature, 'bad');
       assert.equal(failure.error.cause.status, 403);
       assert.doesNotMatch(textOf(failure), new RegExp(signature));
     });
@@ -602,22 +588,8 @@ describe('hardening', () => {
 
     it("a storage host's error that echoes the signature across its 300th character keeps no part of it", async () => {
       const signature = 'a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0';
-      rogue.handle = (req, res) => {
-        if (req.url.startsWith('/api/view'))
-          return res
-            .writeHead(302, { location: `/bucket/fox.png?X-Amz-Signature=${signature}&X-Amz-Expires=300` })
-            .end();
-        // The signature starts at character 280.
-        res
-          .writeHead(403, { 'content-type': 'application/xml' })
-          .end(
-            `<Error><Code>SignatureDoesNotMatch</Code><Message>${'.'.repeat(201)}</Message><SignatureProvided>${signature}</SignatureProvided></Error>`,
-          );
-      };
-      await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
-      const failure = await failureOf('n', {
-        payload: { filename: 'fox.png', subfolder: '', type: 'output' },
-      });
+      // The signature starts at character 280.
+      const failure = await storageEchoing(rogue, signature, '.'.repeat(201));
       assert.equal(failure.error.cause.status, 403);
       assert.match(failure.error.cause.body, /<SignatureProvided>\*\*\*</);
       assertNoPartOf(signature, textOf(failure));
@@ -730,6 +702,26 @@ describe('hardening', () => {
     }).timeout(20000);
   });
 });
+
+/**
+ * A download whose storage host refuses the signed address (403) with an S3-style error that echoes its signature
+ * after `message`: the Catch node's msg.
+ */
+async function storageEchoing(rogue, signature, message) {
+  rogue.handle = (req, res) => {
+    if (req.url.startsWith('/api/view'))
+      return res
+        .writeHead(302, { location: `/bucket/fox.png?X-Amz-Signature=${signature}&X-Amz-Expires=300` })
+        .end();
+    res
+      .writeHead(403, { 'content-type': 'application/xml' })
+      .end(
+        `<Error><Code>SignatureDoesNotMatch</Code><Message>${message}</Message><SignatureProvided>${signature}</SignatureProvided></Error>`,
+      );
+  };
+  await load(flowWith({ type: 'graph-gen-download' }, { baseUrl: rogue.url }), { apiKey: 'k-123456789' });
+  return failureOf('n', { payload: { filename: 'fox.png', subfolder: '', type: 'output' } });
+}
 
 /** Fails when any 8 characters of `secret` in a row appear in `text`. */
 function assertNoPartOf(secret, text) {

@@ -395,26 +395,7 @@ describe('UI-format workflows', () => {
       resolveDynamicPrompt('keep \\{this\\} /* not this */ // nor this', () => 0),
       'keep {this}  ',
     );
-    const ui = {
-      nodes: [
-        {
-          id: 4,
-          type: 'CheckpointLoaderSimple',
-          mode: 0,
-          outputs: [{}, { type: 'CLIP', links: [1] }, {}],
-          widgets_values: ['model.safetensors'],
-        },
-        {
-          id: 6,
-          type: 'CLIPTextEncode',
-          mode: 0,
-          inputs: [{ name: 'clip', type: 'CLIP', link: 1 }],
-          widgets_values: ['a {red|blue} fox'],
-        },
-      ],
-      links: [[1, 4, 1, 6, 0, 'CLIP']],
-    };
-    const api = convert(ui, definitionOf, { random: () => 0.9 });
+    const api = convert(promptWorkflow('a {red|blue} fox'), definitionOf, { random: () => 0.9 });
     assert.deepEqual(api['6'].inputs, { text: 'a blue fox', clip: ['4', 1] });
     assert.deepEqual(api['4'].inputs, { ckpt_name: 'model.safetensors' });
     assert.equal(api['6']._meta.title, 'CLIP Text Encode (Prompt)');

@@ -8,22 +8,11 @@ const helper = require('node-red-node-test-helper');
 const WebSocket = require('ws');
 const { comfy } = require('./support/comfy');
 const { api, jobOf, jobReaches, settle, prefix, quickJob, longJob, until } = require('./support/server');
-const { loadFlow, submitThrough, outputOf } = require('./support/flow');
+const { loadFlow, submitThrough, outputOf, endOf } = require('./support/flow');
 const { startTcpProxy } = require('../support/tcp-proxy');
 const { GenerationConnection } = require('../../dist/generation/connection');
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-/** The await's result for `id`, from whichever output it left. */
-function endOf(out, id, ms = 30_000) {
-  return until(
-    () =>
-      out.done.received.find((m) => m.prompt_id === id) ??
-      out.failed.received.find((m) => m.prompt_id === id),
-    `the await of job ${id} to end`,
-    ms,
-  );
-}
 
 /** EmptyImage -> PreviewProbe (`steps` previews, one every `delay` s) -> SaveImage. */
 function previewJob(filenamePrefix, steps = 3, delay = 0.3) {

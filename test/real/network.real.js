@@ -5,19 +5,8 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { comfy } = require('./support/comfy');
 const { jobOf, jobReaches, settle, prefix, quickJob, longJob, until, sleep } = require('./support/server');
-const { loadFlow, submitThrough } = require('./support/flow');
+const { loadFlow, submitThrough, endOf } = require('./support/flow');
 const { startTcpProxy } = require('../support/tcp-proxy');
-
-/** The await's result for `id`, from whichever output it left. */
-function endOf(out, id, ms) {
-  return until(
-    () =>
-      out.done.received.find((m) => m.prompt_id === id) ??
-      out.failed.received.find((m) => m.prompt_id === id),
-    `the await of job ${id} to end`,
-    ms,
-  );
-}
 
 describe('real ComfyUI: network trouble', function () {
   let proxy;

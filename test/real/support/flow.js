@@ -122,10 +122,21 @@ async function outputOf(out, id, sink, msg, ms = 15_000) {
   throw new Error(`${id} failed: ${error.code}: ${error.message}`);
 }
 
+/** The await's result for `id`, from whichever output it left. */
+function endOf(out, id, ms = 30_000) {
+  return until(
+    () =>
+      out.done.received.find((m) => m.prompt_id === id) ??
+      out.failed.received.find((m) => m.prompt_id === id),
+    `the await of job ${id} to end`,
+    ms,
+  );
+}
+
 /** Submits a workflow through the submit node; resolves to the prompt id it sent. */
 async function submitThrough(out, workflow, extra = {}) {
   const msg = await outputOf(out, 'submit', 'submitted', { payload: workflow, ...extra });
   return msg.prompt_id;
 }
 
-module.exports = { NODES, realFlow, loadFlow, collect, send, outputOf, submitThrough };
+module.exports = { NODES, realFlow, loadFlow, collect, send, outputOf, submitThrough, endOf };
