@@ -235,6 +235,13 @@ describe('saved workflows', () => {
     it('reads the named workflow for each msg, converts it with the server’s definitions, applies msg.inputs, and runs what is saved there now', async () => {
       assert.equal((await save('pipelines/image chain.json', uiChain())).status, 200);
       await loadSubmit({ savedWorkflow: 'pipelines/image chain', workflow: '' });
+      const statuses = [];
+      const node = helper.getNode('n');
+      const original = node.status.bind(node);
+      node.status = (status) => {
+        statuses.push(status);
+        return original(status);
+      };
 
       const first = await outputOf('n', { payload: 'go', inputs: { Soften: { blur_radius: 5 } } });
       const expected = apiChain();
@@ -243,6 +250,7 @@ describe('saved workflows', () => {
       assert.deepEqual(first.workflow, expected);
       assert.equal(reads()[0].path, '/api/userdata/workflows%2Fpipelines%2Fimage%20chain.json');
       assert.equal(reads()[0].headers['x-api-key'], API_KEY);
+      assert.deepEqual(statuses[0], { fill: 'yellow', shape: 'ring', text: 'reading workflow…' });
 
       // Changed in the server's page: the next msg runs the new version, no deploy.
       const changed = uiChain();
