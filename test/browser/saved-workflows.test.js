@@ -96,6 +96,16 @@ describe('submit dialog: workflows saved on the server', function () {
     const listed = await savedList();
     assert.match(listed.sentence, /2 workflows saved on the server/);
     assert.deepStrictEqual(listed.options.slice(1), ['alpha.json', 'portraits/lighthouse.json']);
+    // Saved in the server's page while the dialog is open: Refresh lists it.
+    await saveOnServer('beta.json', UI_WORKFLOW);
+    await page.click('#graph-gen-submit-refresh');
+    const refreshed = await savedList();
+    assert.match(refreshed.sentence, /3 workflows saved on the server/);
+    assert.deepStrictEqual(refreshed.options.slice(1), [
+      'alpha.json',
+      'beta.json',
+      'portraits/lighthouse.json',
+    ]);
 
     await page.locator('#graph-gen-submit-saved').selectOption('portraits/lighthouse.json');
     await page.locator('#graph-gen-submit-keep-api').waitFor();
