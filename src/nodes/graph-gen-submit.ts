@@ -1,9 +1,9 @@
 /**
  * graph-gen-submit: submits a workflow (from msg.payload, the node's own setting, or a workflow saved on the
  * server read by name for each msg; API or UI format, with msg.inputs applied to a copy and, when set, new
- * seeds) and sends on `msg.prompt_id`. Broken workflows are
- * refused before anything is sent. Thin: the workflow work lives in src/generation/workflow.ts and
- * ui-workflow.ts, the call in src/generation/rest-client.ts.
+ * seeds) and sends on `msg.prompt_id`. Broken workflows are refused before anything is sent. Thin: the
+ * workflow work lives in src/generation/workflows/ (workflow.ts, ui-workflow.ts, saved-workflows.ts), the
+ * call in src/generation/transfer/rest-client.ts.
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
