@@ -20,6 +20,7 @@ import {
 } from '../generation/workflows/definitions-cache';
 import { convertUiWorkflow, isUiWorkflow } from '../generation/workflows/ui-workflow';
 import { invalidInput, removeSecrets } from '../http/errors';
+import { registerSavedWorkflowEndpoints, type DialogServer } from './saved-workflow-endpoints';
 import {
   asServiceError,
   catalogTexts,
@@ -141,8 +142,9 @@ interface DialogRequest {
 }
 
 /**
- * The submit dialog's endpoints: the server's node definitions (for the form) and the conversion of a
- * UI-format workflow (with those definitions). Reading a deployed node's definitions as saved needs
+ * The submit dialog's endpoints: the server's node definitions (for the form), the conversion of a
+ * UI-format workflow (with those definitions), and the workflows saved on the server
+ * (saved-workflow-endpoints.ts). Reading a deployed node's definitions as saved needs
  * `graph-gen-config.read`; typed settings or a typed key need `graph-gen-config.write`, as "test connection"
  * does. Converting always needs `graph-gen-config.write`: it is CPU work on whatever the request carries.
  * The key never goes back: answers carry definitions, a workflow or a sentence.
@@ -160,6 +162,21 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     RED.auth.needsPermission(`graph-gen-config.${targetOf(res).asSaved ? 'read' : 'write'}`)(req, res, next);
   };
 
+  /** The server a dialog's settings name: a deployed node's connection when they are its settings as saved. */
+  function dialogServer(
+    body: DialogRequest,
+    target: ConnectionTestTarget<Partial<{ baseUrl: string }>>,
+  ): DialogServer {
+    if (target.refusal) throw invalidInput(target.refusal);
+    const baseUrl = String(target.settings.baseUrl ?? '').trim();
+    if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
+    const deployed = target.asSaved
+      ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
+      : null;
+    if (deployed?.settingsError) throw invalidInput(deployed.settingsError);
+    return { baseUrl, connection: deployed?.connection, key: target.key };
+  }
+
   /**
    * The definitions the dialog's settings name, and the key they were read with (to keep it out of answers).
    * A deployed node as saved answers with what its connection holds, so the dialog and the submit nodes
@@ -169,16 +186,10 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     body: DialogRequest,
     target: ConnectionTestTarget<Partial<{ baseUrl: string }>>,
   ): Promise<{ definitions: NodeDefinitions; key?: string }> {
-    if (target.refusal) throw invalidInput(target.refusal);
-    const baseUrl = String(target.settings.baseUrl ?? '').trim();
-    if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
+    const { baseUrl, connection } = dialogServer(body, target);
     const refresh = body.refresh === true;
-    const deployed = target.asSaved
-      ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
-      : null;
-    if (deployed?.settingsError) throw invalidInput(deployed.settingsError);
-    const definitions = deployed?.connection
-      ? await connectionDefinitions(deployed.connection, refresh)
+    const definitions = connection
+      ? await connectionDefinitions(connection, refresh)
       : await cache.get(
           { configId: typeof body.id === 'string' ? body.id : '', baseUrl, apiKey: target.key },
           refresh,
@@ -231,6 +242,13 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
       });
     },
   );
+
+  registerSavedWorkflowEndpoints(RED, {
+    nameTarget,
+    readOrWrite,
+    serverOf: (req, res) => dialogServer((req.body ?? {}) as DialogRequest, targetOf(res)),
+    answer,
+  });
 }
 
 // The node's type lives beside the function Node-RED loads, so other node files can import it.

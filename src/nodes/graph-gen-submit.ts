@@ -1,8 +1,9 @@
 /**
- * graph-gen-submit: submits a workflow (from msg.payload or the node's own setting, API or UI format, with
- * msg.inputs applied to a copy and, when set, new seeds) and sends on `msg.prompt_id`. Broken workflows are
- * refused before anything is sent. Thin: the workflow work lives in src/generation/workflow.ts and
- * ui-workflow.ts, the call in src/generation/rest-client.ts.
+ * graph-gen-submit: submits a workflow (from msg.payload, the node's own setting, or a workflow saved on the
+ * server read by name for each msg; API or UI format, with msg.inputs applied to a copy and, when set, new
+ * seeds) and sends on `msg.prompt_id`. Broken workflows are refused before anything is sent. Thin: the
+ * workflow work lives in src/generation/workflows/ (workflow.ts, ui-workflow.ts, saved-workflows.ts), the
+ * call in src/generation/transfer/rest-client.ts.
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
@@ -23,6 +24,7 @@ import {
   type Workflow,
 } from '../generation/workflows/workflow';
 import { convertUiWorkflow, isUiWorkflow, uiClassTypes } from '../generation/workflows/ui-workflow';
+import { checkedWorkflowName, readSavedWorkflow } from '../generation/workflows/saved-workflows';
 import {
   asServiceError,
   catalogTexts,
@@ -36,6 +38,8 @@ import {
 interface SubmitDef extends NodeDef {
   server: string;
   workflow?: string;
+  /** A workflow saved on the server, read by name for each msg; absent or '' on nodes saved before it existed. */
+  savedWorkflow?: string;
   check?: boolean;
   partner?: 'auto' | 'always' | 'never';
   /** New seed each run: absent (false) on nodes saved before the setting existed, so they keep their seeds. */
@@ -62,18 +66,32 @@ export = function (RED: NodeAPI) {
     const node = this;
     const partnerMode = def.partner === 'always' || def.partner === 'never' ? def.partner : 'auto';
     const setting = (def.workflow ?? '').trim();
+    const savedName = (def.savedWorkflow ?? '').trim();
     const newSeed = def.newSeed === true;
     const status = showSocketTrouble(RED, node, def.server, texts);
     let warnedNoPartnerKey = false;
     let warnedNoDefinitions = false;
 
-    function templateFor(msg: SubmitMessage): unknown {
+    /**
+     * The workflow of this msg: msg.payload when it is one, else the saved workflow this node names (read for
+     * each msg: it may have changed on the server since the last), else the node's own.
+     */
+    async function templateFor(
+      msg: SubmitMessage,
+      connection: GenerationConnection,
+      signal: AbortSignal,
+    ): Promise<unknown> {
       const fromPayload = readWorkflow(msg.payload);
       if (
         fromPayload !== undefined &&
-        (looksLikeWorkflow(fromPayload) || isUiWorkflow(fromPayload) || setting === '')
+        (looksLikeWorkflow(fromPayload) || isUiWorkflow(fromPayload) || (setting === '' && savedName === ''))
       )
         return fromPayload;
+      if (savedName !== '') {
+        const name = checkedWorkflowName(savedName, texts('errors.saved-setting'));
+        status(statusWaiting(texts('status.reading')));
+        return readSavedWorkflow(connection.http, name, { signal, maxBytes: connection.limits.answerBytes });
+      }
       if (setting !== '') {
         try {
           return JSON.parse(setting) as unknown;
@@ -125,7 +143,7 @@ export = function (RED: NodeAPI) {
 
     async function handle(msg: SubmitMessage, signal: AbortSignal): Promise<void> {
       const connection = generationConnection(RED, def.server, texts);
-      const template = await apiWorkflow(templateFor(msg), connection, signal);
+      const template = await apiWorkflow(await templateFor(msg, connection, signal), connection, signal);
       const overrides = resolveOverrides(template, msg.inputs);
       const prompt: Workflow = validateWorkflow(applyResolvedOverrides(template, overrides));
       // A workflow that refers to itself (or holds a BigInt) would fail only when it is written as JSON.

@@ -2,7 +2,8 @@
  * The generation service's REST stand-in and its storage host, behaving as real deployments do (spec and
  * FACTS.md): node definitions, streamed uploads, submit validated like a real server, status in spec or raw
  * words, jobs/history endpoints (each switchable off to test fallbacks), downloads that redirect to a signed
- * address on a separate storage server (cloud) or answer with the file (self-hosted), queue and interrupt.
+ * address on a separate storage server (cloud) or answer with the file (self-hosted), queue and interrupt,
+ * and the user data where the server's page saves workflows (user-data.ts).
  * With no API key it is a self-hosted server: no key checked, every route also served without `/api`, answering
  * as the ComfyUI version it is set to (0.8.0 or 0.33.0 behaviours). Past 400 lines: one route per endpoint of
  * the real servers, each answering as they were measured to.
@@ -22,6 +23,7 @@ import {
   type StoredFile,
 } from './generation-jobs';
 import { multipartBoundary, readMultipart, type PartSink } from './multipart';
+import { mountUserData, type UserData } from './user-data';
 
 export interface GenerationServiceOptions {
   /** Raw status words as some deployments answer them, instead of the spec's five. */
@@ -97,6 +99,8 @@ export interface GenerationService {
   definitions: Record<string, NodeDefinition>;
   /** Requests the storage host saw that carried the API key, a cookie, or any X-API-Key header. */
   storageLeaks(): SeenRequest[];
+  /** The server's user data (`workflows/<name>.json` are the workflows its page saved). */
+  userData: UserData;
   /** Stores a file the service can serve (a generated stream of `size` bytes when `size` is given). */
   addFile(ref: FileRef, file: StoredFile): void;
   close(): Promise<void>;
@@ -865,6 +869,8 @@ export async function mountGenerationService(
     ctx.res.writeHead(200, { 'content-length': 0 }).end();
   });
 
+  const userData = mountUserData(route, version);
+
   storage.route('GET', /^\/files\/([^/]+)$/, (ctx) => {
     const seen = ctx.req.headers;
     if (seen['x-api-key'] !== undefined || seen.authorization !== undefined) {
@@ -889,6 +895,7 @@ export async function mountGenerationService(
     options,
     uploads,
     definitions,
+    userData,
     storageLeaks: () =>
       storage.counters.requests.filter((seen) => {
         if (seen.headers['x-api-key'] !== undefined || seen.headers.cookie !== undefined) return true;

@@ -102,8 +102,15 @@ export async function connectionDefinitions(
   }
 }
 
-/** An object_info answer read once, with the caller's limits; failures become a ServiceError with a sentence. */
-export async function readNodeDefinitions(source: DefinitionsSource): Promise<NodeDefinitions> {
+/**
+ * A client for a dialog's requests to the server that typed settings name (the caller closes it): the key sent
+ * as the config node sends it, one quick retry at most, each request bounded by `DIALOG_DEFINITIONS.waitMs`
+ * (a person is waiting at the dialog). An address that is not http(s) is refused with a sentence.
+ */
+export function dialogClient(source: Pick<DefinitionsSource, 'baseUrl' | 'apiKey'>): {
+  http: HttpClient;
+  host: string;
+} {
   let address: URL;
   try {
     address = new URL(source.baseUrl.trim());
@@ -119,16 +126,21 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
     headers: source.apiKey ? { 'x-api-key': source.apiKey } : {},
     secrets: [source.apiKey],
     serviceName: 'the generation service',
-    // A person is waiting at the dialog: one quick retry at most, then the sentence.
     retry: { attempts: 2, baseDelayMs: 200, maxDelayMs: 500 },
     timeoutMs: DIALOG_DEFINITIONS.waitMs,
     totalTimeoutMs: DIALOG_DEFINITIONS.waitMs,
   });
+  return { http, host: address.host };
+}
+
+/** An object_info answer read once, with the caller's limits; failures become a ServiceError with a sentence. */
+export async function readNodeDefinitions(source: DefinitionsSource): Promise<NodeDefinitions> {
+  const { http, host } = dialogClient(source);
   try {
     const rest = new GenerationRestClient(http, undefined, source.maxBytes ?? DEFAULT_MAX_BYTES);
     return await rest.nodeDefinitions();
   } catch (error) {
-    throw definitionsFailure(error, address.host, !!source.apiKey, (text) => http.cleanForReport(text));
+    throw definitionsFailure(error, host, !!source.apiKey, (text) => http.cleanForReport(text));
   } finally {
     await http.close();
   }
