@@ -1,13 +1,15 @@
 /**
  * graph-gen-await-job: waits for jobs (any number at once) over the config node's shared socket and sends
  * the result on output 1 (completed), output 2 (failed, cancelled, timeout) and, when enabled, every live
- * event on output 3. The following itself is done by JobTracker; this file reads settings and msgs, sends
- * and keeps the status.
+ * event on output 3. The following itself is done by JobTracker; this file reads settings and msgs, sends,
+ * keeps the status, and keeps what it awaits for after a restart (await-resume.ts).
  */
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { JobTracker, type JobProgress, type JobResult } from '../generation/jobs/job-tracker';
 import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
+import { fitsTimer } from '../timers';
+import { KeptAwaits } from './await-resume';
 import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
 import type graphGenConfig from './graph-gen-config';
 
@@ -22,6 +24,8 @@ interface AwaitJobDef extends NodeDef {
   filesFrom?: 'all' | 'saved' | 'nodes';
   /** For `nodes`: node ids or titles, separated by commas. */
   fileNodes?: string;
+  /** Awaits go on after Node-RED restarts (absent on nodes saved before the setting: on). */
+  resume?: boolean;
 }
 
 type Send = (msg: Array<NodeMessage | null>) => void;
@@ -30,8 +34,12 @@ type Done = (error?: Error) => void;
 /** Status updates at most this often: events can come by the thousand per second. */
 const STATUS_INTERVAL_MS = 150;
 const DEFAULT_PREVIEW_RATE = 2;
-/** The longest a Node.js timer waits (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A msg's timeout as a number of seconds: NaN for what is not a number or text (a Number() of it may throw). */
+function secondsOf(value: unknown): number {
+  if (value === undefined || value === '') return 0;
+  return typeof value === 'number' || typeof value === 'string' ? Number(value) : NaN;
+}
 
 export = function (RED: NodeAPI): void {
   // A result's status asks for a text per job: the lookups are cached.
@@ -95,7 +103,7 @@ export = function (RED: NodeAPI): void {
       }, STATUS_INTERVAL_MS);
     }
 
-    function finished(msg: NodeMessage, result: JobResult, send: Send, done: Done): void {
+    function finished(msg: NodeMessage, result: JobResult, send: Send): void {
       (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
       if (result.outputs && filesFrom !== 'all') {
         // Titles are read from the workflow the submit node sent along (msg.workflow).
@@ -118,7 +126,6 @@ export = function (RED: NodeAPI): void {
         send([null, msg, null]);
       }
       scheduleStatus();
-      done();
     }
 
     function progressMessage(msg: NodeMessage, progress: JobProgress): NodeMessage {
@@ -134,6 +141,34 @@ export = function (RED: NodeAPI): void {
       return out;
     }
 
+    /**
+     * Follows one job for one msg: its result is sent the moment the job ends (not a microtask later), then the
+     * kept await is forgotten. Resolves when the job ended or the node closed.
+     */
+    async function follow(
+      msg: NodeMessage,
+      promptId: string,
+      timeoutMs: number,
+      send: Send,
+      key?: string,
+    ): Promise<void> {
+      if (!tracker) return;
+      const base: NodeMessage = { ...msg };
+      delete base.payload;
+      await tracker.track(promptId, {
+        timeoutMs,
+        cancelOnTimeout: def.cancelOnTimeout === true,
+        onProgress: progressEnabled
+          ? (progress) => send([null, null, progressMessage(base, progress)])
+          : undefined,
+        onEnd: (ended) => {
+          finished(msg, ended, send);
+          // Forgotten once sent: a stop in between sends it again after the restart (the help says so).
+          if (key) kept?.forget(key);
+        },
+      });
+    }
+
     async function handle(msg: NodeMessageInFlow, send: Send, done: Done): Promise<void> {
       if (!tracker) throw invalidInput(config?.settingsError ?? text('errors.no-config'));
       const payload = msg.payload as { prompt_id?: unknown } | undefined;
@@ -147,33 +182,68 @@ export = function (RED: NodeAPI): void {
         fromMsg !== undefined
           ? fromMsg
           : await evaluateProperty(RED, node, msg, def.timeout, def.timeoutType ?? 'num');
-      const seconds = timeoutValue === undefined || timeoutValue === '' ? 0 : Number(timeoutValue);
+      const seconds = secondsOf(timeoutValue);
       if (!Number.isFinite(seconds) || seconds < 0) throw invalidInput(text('errors.bad-timeout'));
-      if (seconds * 1000 > MAX_TIMER_MS) throw invalidInput(text('errors.long-timeout'));
-      const base: NodeMessage = { ...msg };
-      delete base.payload;
-      const result = await tracker.track(promptId.trim(), {
-        timeoutMs: seconds * 1000,
-        cancelOnTimeout: def.cancelOnTimeout === true,
-        onProgress: progressEnabled
-          ? (progress) => send([null, null, progressMessage(base, progress)])
-          : undefined,
-        // Sent the moment the job ends, not a microtask later.
-        onEnd: (ended) => finished(msg, ended, send, done),
-      });
-      // No result: the node is closing, and the msg ends here.
-      if (!result) done();
+      if (!fitsTimer(seconds * 1000)) throw invalidInput(text('errors.long-timeout'));
+      const id = promptId.trim();
+      await keptReady;
+      if (closing) {
+        done();
+        return;
+      }
+      const key = kept?.add(
+        id,
+        def.server,
+        msg as Record<string, unknown>,
+        seconds > 0 ? Date.now() + seconds * 1000 : undefined,
+      ).key;
+      await follow(msg, id, seconds * 1000, send, key);
+      done();
     }
+
+    /** The awaits kept when the node last stopped are awaited again; their results carry `msg.resumed`. */
+    function resumeKept(): void {
+      if (!kept || !tracker) return;
+      const send: Send = (msgs) => node.send(msgs);
+      for (const entry of kept.kept()) {
+        // Kept through another config node (the node's server was changed): not this server's job.
+        if (entry.config !== def.server) {
+          kept.forget(entry.key);
+          continue;
+        }
+        const msg = { ...entry.msg, resumed: true } as NodeMessage;
+        // A time limit that ran out while Node-RED was down ends the await at once.
+        const timeoutMs = entry.deadline === undefined ? 0 : Math.max(1, entry.deadline - Date.now());
+        void follow(msg, entry.promptId, timeoutMs, send, entry.key);
+      }
+    }
+
+    let kept: KeptAwaits | undefined;
+    const keptReady: Promise<void> =
+      def.resume !== false && tracker
+        ? KeptAwaits.open(RED, node.id, (message) => node.warn(message)).then(
+            (opened) => {
+              kept = opened;
+              if (!closing) resumeKept();
+            },
+            (error: unknown) =>
+              node.warn(`graph-gen: the awaits kept for a restart cannot be read: ${String(error)}`),
+          )
+        : Promise.resolve();
 
     node.on('input', (msg, send, done) => {
       handle(msg, send as Send, done).catch((error: unknown) => fail(node, done, error));
     });
 
-    node.on('close', (_removed: boolean, done: () => void) => {
+    node.on('close', (removed: boolean, done: () => void) => {
       closing = true;
       clearTimeout(statusTimer);
+      // Ends the awaits with no result: they stay kept for the next start, unless the node is gone for good.
       tracker?.close();
-      done();
+      void keptReady
+        .then(() => (removed ? kept?.destroy() : kept?.close()))
+        .catch(() => undefined)
+        .then(() => done());
     });
   }
 
