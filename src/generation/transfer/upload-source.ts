@@ -105,6 +105,8 @@ export async function readUploadSource(
     signal?: AbortSignal;
     /** Called when a URL is about to be fetched (the node says so in its status). */
     onFetch?: () => void;
+    /** The proxy's pool for a URL when the config node's proxy rule sends it through one (http/transport.ts). */
+    proxied?: (url: URL) => Dispatcher | undefined;
   } = {},
 ): Promise<UploadSource> {
   const { filename, limits = DEFAULT_URL_LIMITS, signal } = options;
@@ -131,7 +133,7 @@ export async function readUploadSource(
       return { kind, source: decodeBase64(text, 'msg.payload'), name: filename, release: nothingToRelease };
     case 'url':
       options.onFetch?.();
-      return fetchToTemporaryFile(text, filename, limits, signal);
+      return fetchToTemporaryFile(text, filename, limits, signal, options.proxied);
     default:
       return { kind: 'path', source: payload, name: filename, release: nothingToRelease };
   }
@@ -181,6 +183,7 @@ async function fetchToTemporaryFile(
   filename: string | undefined,
   limits: UrlLimits,
   signal?: AbortSignal,
+  proxied?: (url: URL) => Dispatcher | undefined,
 ): Promise<UploadSource> {
   let url: URL;
   try {
@@ -210,7 +213,7 @@ async function fetchToTemporaryFile(
     for (let redirects = 0; ; redirects++) {
       response = await request(url, {
         method: 'GET',
-        dispatcher: agent,
+        dispatcher: proxied?.(url) ?? agent,
         signal: stop,
         headers: { accept: 'image/*, */*;q=0.8' },
       });
