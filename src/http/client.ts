@@ -451,7 +451,12 @@ export class HttpClient {
    */
   private networkError(original: unknown, action: string, address?: string): ServiceError {
     if (original instanceof ServiceError) return original;
-    if (original instanceof Error && original.name === 'AbortError') {
+    // undici's refused tunnel is an AbortError too: only a stop is said to be one.
+    if (
+      original instanceof Error &&
+      original.name === 'AbortError' &&
+      !/^Proxy response/.test(original.message)
+    ) {
       return new ServiceError('network', `${action} was stopped before ${this.options.serviceName} answered`);
     }
     const target = address ? new URL(address) : this.base;
