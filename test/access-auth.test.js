@@ -148,6 +148,27 @@ describe('graph-gen-config authentication against the sandbox', () => {
     assert.equal(selfHosted.counters.handshakes[0].query.get('token'), TOKEN);
   });
 
+  it('a handshake refused with 401 says in the log which scheme, never its secret', async () => {
+    selfHosted.faults.add({ method: 'UPGRADE', path: '/ws', status: 401, times: 5 });
+    connection = new GenerationConnection({
+      baseUrl: selfHosted.url,
+      partnerKeyField: 'f',
+      auth: { scheme: 'basic', username: 'alice', password: PASSWORD },
+    });
+    const lines = [];
+    const sockets = connection.sockets();
+    sockets.register({ onLog: (level, line) => lines.push(`${level} ${line}`) });
+    assert.equal(await sockets.ready(3000), false);
+    assert.equal(sockets.state, 'unauthorized');
+    assert.ok(
+      lines.some((line) =>
+        /^warn .*the server refused the user name and password \(basic authentication\)/.test(line),
+      ),
+      lines.join('\n'),
+    );
+    assert.ok(!lines.join('\n').includes(PASSWORD));
+  });
+
   it('basic: the user and password on requests and handshake; a wrong password names basic, without it', async () => {
     selfHosted.server.login = { header: 'authorization', value: BASIC };
     await load(authFlow({ authType: 'basic' }), { username: 'alice', password: PASSWORD });

@@ -257,7 +257,7 @@ export class GenerationConnection {
       token: this.credential.socketToken,
       headers: this.credential.headers,
       connectOptions: () => this.http.transport.socketOptions(base),
-      credentialName: this.credential.name,
+      credentialName: this.credential.name ?? 'a connection without credentials',
       // The HttpClient's: the credential's, the partner key, the proxy's password, the client key's passphrase.
       secrets: this.http.secretsForReports(),
       clientId: this.clientId,
