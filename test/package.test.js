@@ -133,8 +133,9 @@ describe('the published tarball', function () {
       assert.ok(!/\.ts$/.test(file) || file.endsWith('.d.ts'), `${file}: TypeScript sources do not ship`);
     }
     // A budget that catches a folder shipped by mistake: the source maps alone were 287 kB of 837 kB. The code
-    // itself was 557 kB at that time, 712 kB once jobs had a life of their own and every input was bounded.
-    assert.ok(packed.unpackedSize < 800_000, `unpacked size ${packed.unpackedSize} bytes`);
+    // itself was 557 kB at that time; 838 kB once jobs had a life of their own, every input was bounded, and
+    // servers behind a login, TLS and a proxy and their saved workflows were reached (the README 93 kB of it).
+    assert.ok(packed.unpackedSize < 950_000, `unpacked size ${packed.unpackedSize} bytes`);
   });
 
   it('ships the sandbox as the graph-gen-sandbox command: a node script that answers --help', async () => {

@@ -4,8 +4,11 @@
  * server is. No Node-RED inside; the config node creates one and closes it.
  */
 import { randomUUID } from 'node:crypto';
+import { Credential, type AuthSettings } from '../http/auth';
 import { HttpClient, mayHaveReachedService } from '../http/client';
 import { ServiceError, invalidInput } from '../http/errors';
+import { checkedProxy } from '../http/proxy';
+import type { TransportSettings } from '../http/transport';
 import { CancelRegistry, cancelJobs, type CancelOutcome } from './jobs/cancels';
 import { JobBook, type JobTimings } from './jobs/job-book';
 import { JobLookup, type QueueRead } from './jobs/job-lookup';
@@ -20,8 +23,15 @@ export type { CancelOutcome } from './jobs/cancels';
 export interface GenerationSettings {
   /** e.g. https://gen.example.com; REST paths /api/... are appended. */
   baseUrl: string;
-  /** Sent as X-API-Key and as the socket's token; undefined = a self-hosted server. */
+  /** Sent as X-API-Key and as the socket's token; undefined = a self-hosted server. Used when `auth` is absent. */
   apiKey?: string;
+  /**
+   * How requests and the socket's handshake prove who sends them (http/auth.ts); absent: the API-key scheme
+   * with `apiKey`, as before there was a choice. Only the API-key scheme makes a cloud service of it.
+   */
+  auth?: AuthSettings;
+  /** TLS settings for the service's host and the proxy rule (http/transport.ts); absent: direct. */
+  transport?: TransportSettings;
   /** Sent in extra_data under `partnerKeyField` on submits that need it. */
   partnerKey?: string;
   /** The field of extra_data that carries the partner key (the spec's name by default). */
@@ -106,19 +116,27 @@ export class GenerationConnection {
   /** The jobs awaited through this connection, one life each. */
   readonly jobs: JobBook;
   readonly limits: GenerationLimits;
+  /** What every request and the socket's handshake carry. */
+  readonly credential: Credential;
   /** Jobs this connection submitted (their events come to its socket). */
   private readonly submitted = new RecentMap<string, true>(4096);
   private socketManager?: SocketManager;
 
-  /** Refuses (invalid_input) a base address that is not http(s). */
+  /**
+   * Refuses (invalid_input) a base address that is not http(s), authentication settings that cannot be sent,
+   * and a proxy address that cannot be read.
+   */
   constructor(readonly settings: GenerationSettings) {
     checkedBaseUrl(settings.baseUrl);
+    checkedProxy(settings.transport?.proxy);
     this.limits = { ...GENERATION_LIMITS, ...settings.limits };
+    this.credential = Credential.from(settings.auth ?? { scheme: 'apiKey', secret: settings.apiKey });
     this.http = new HttpClient({
       maxJsonBytes: this.limits.answerBytes,
       totalTimeoutMs: this.limits.requestTimeoutMs,
       baseUrl: settings.baseUrl,
-      headers: settings.apiKey ? { 'x-api-key': settings.apiKey } : {},
+      credential: this.credential,
+      transport: settings.transport,
       secrets: [settings.apiKey, settings.partnerKey],
       serviceName: 'the generation service',
     });
@@ -233,10 +251,15 @@ export class GenerationConnection {
 
   /** The shared socket manager, created on first use. */
   sockets(): SocketManager {
+    const base = this.http.url('/');
     this.socketManager ??= new SocketManager({
       baseUrl: this.settings.baseUrl,
-      apiKey: this.settings.apiKey,
-      secrets: [this.settings.partnerKey],
+      token: this.credential.socketToken,
+      headers: this.credential.headers,
+      connectOptions: () => this.http.transport.socketOptions(base),
+      credentialName: this.credential.name ?? 'a connection without credentials',
+      // The HttpClient's: the credential's, the partner key, the proxy's password, the client key's passphrase.
+      secrets: this.http.secretsForReports(),
       clientId: this.clientId,
       limits: { keptBytes: this.limits.keptEventBytes },
     });

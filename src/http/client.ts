@@ -7,7 +7,8 @@
  * failures are one path, read best in one place.
  */
 import { Readable } from 'node:stream';
-import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
+import { errors as undiciErrors, request, type Dispatcher } from 'undici';
+import type { Credential } from './auth';
 import {
   ServiceError,
   cleanForReport,
@@ -18,6 +19,7 @@ import {
   type ErrorCode,
 } from './errors';
 import { DEFAULT_RETRY_POLICY, parseRetryAfter, withRetry, type RetryPolicy } from './retry';
+import { Transport, transportFailure, transportSecrets, type TransportSettings } from './transport';
 
 export interface HttpClientOptions {
   /** Base address; request paths are appended to it (its own path prefix kept). */
@@ -26,6 +28,14 @@ export interface HttpClientOptions {
   headers?: Record<string, string>;
   /** Values that must never appear in an error (keys, tokens). */
   secrets?: Array<string | undefined>;
+  /**
+   * How requests prove who sends them: its headers are sent on every request, its secrets never reported, and
+   * a 401 or 403 says which scheme was refused. Absent: `headers` and `secrets` only, and a refusal speaks of
+   * the API key.
+   */
+  credential?: Credential;
+  /** TLS settings for the service's host and the proxy rule (transport.ts); absent: direct, the system's CAs. */
+  transport?: TransportSettings;
   /** The service's name in error sentences, e.g. "the generation service". */
   serviceName: string;
   retry?: RetryPolicy;
@@ -93,6 +103,16 @@ const NOT_SENT_CODES = new Set([
   'ENETUNREACH',
 ]);
 
+/** Failures that trying again cannot mend (a certificate not trusted, a proxy that refuses the host). */
+const permanentFailures = new WeakSet<object>();
+/** Failures on the way to a host (TLS, a proxy), whose sentence says what to fix. */
+const onTheWayFailures = new WeakSet<object>();
+
+/** Whether a request failed on the way (its certificate, a proxy): its message then says what to fix. */
+export function failedOnTheWay(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && onTheWayFailures.has(error);
+}
+
 /** Network failures of requests whose body may have reached the service (the connection broke after it left). */
 const maybeSent = new WeakSet<object>();
 
@@ -121,9 +141,14 @@ class NetworkFailure extends Error {
 }
 
 export class HttpClient {
-  readonly agent: Agent;
+  /** The pool of the service's host. */
+  readonly agent: Dispatcher;
+  /** The pools (service and other hosts), the proxy rule and the TLS settings. */
+  readonly transport: Transport;
   private readonly base: URL;
   private readonly options: HttpClientOptions;
+  /** Every secret this client must never report: the options', the credential's and the transport's. */
+  private readonly secrets: string[];
   /** Requests whose answer is not read to its end yet, and what waits for none to be left. */
   private inFlight = 0;
   private readonly idleWaiters: Array<() => void> = [];
@@ -132,12 +157,18 @@ export class HttpClient {
   constructor(options: HttpClientOptions) {
     this.options = options;
     this.base = new URL(options.baseUrl.endsWith('/') ? options.baseUrl : `${options.baseUrl}/`);
-    this.agent = new Agent({
+    this.secrets = [
+      ...(options.secrets ?? []),
+      ...(options.credential?.secrets ?? []),
+      ...transportSecrets(options.transport),
+    ].filter((secret): secret is string => typeof secret === 'string' && secret.length > 0);
+    this.transport = new Transport(options.transport, {
       keepAliveTimeout: 30_000,
       connections: 16,
       headersTimeout: options.timeoutMs ?? 60_000,
       bodyTimeout: options.timeoutMs ?? 60_000,
     });
+    this.agent = this.transport.service(this.base);
   }
 
   /** The absolute address of a service path (`/api/...`), keeping the base's own prefix. */
@@ -149,9 +180,14 @@ export class HttpClient {
     return url;
   }
 
+  /** The secrets this client never reports, for what else reports on its behalf (the socket's log lines). */
+  secretsForReports(): string[] {
+    return [...this.secrets];
+  }
+
   /** A value (an answer passed on to msgs) without this client's secrets; addresses left whole. */
   removeSecrets<T>(value: T): T {
-    return removeSecrets(value, this.options.secrets ?? []);
+    return removeSecrets(value, this.secrets);
   }
 
   /**
@@ -159,7 +195,7 @@ export class HttpClient {
    * address's signature), signed addresses shortened.
    */
   cleanForReport<T>(value: T, also: ReadonlyArray<string> = []): T {
-    return cleanForReport(value, [...(this.options.secrets ?? []), ...also]);
+    return cleanForReport(value, [...this.secrets, ...also]);
   }
 
   /**
@@ -257,13 +293,15 @@ export class HttpClient {
     return withRetry(
       async () => {
         try {
-          const response = await this.dispatch(address, { method: 'GET', signal });
+          const response = await this.dispatch(address, { method: 'GET', signal }, true);
           return { status: response.statusCode, headers: response.headers, body: response.body };
         } catch (error) {
-          throw this.networkError(error, 'downloading a file from its signed address');
+          throw this.networkError(error, 'downloading a file from its signed address', address);
         }
       },
-      (error) => ({ retry: error instanceof ServiceError && error.code === 'network' }),
+      (error) => ({
+        retry: error instanceof ServiceError && error.code === 'network' && !permanentFailures.has(error),
+      }),
       this.options.retry ?? DEFAULT_RETRY_POLICY,
       signal,
     );
@@ -285,8 +323,8 @@ export class HttpClient {
       ]);
       clearTimeout(timer);
     }
-    if (this.inFlight > 0) await this.agent.destroy().catch(() => undefined);
-    else await this.agent.close().catch(() => undefined);
+    if (this.inFlight > 0) await this.transport.destroy();
+    else await this.transport.close();
   }
 
   /**
@@ -296,6 +334,7 @@ export class HttpClient {
   private async dispatch(
     address: string | URL,
     options: Omit<Dispatcher.RequestOptions, 'origin' | 'path' | 'dispatcher'> & { signal?: AbortSignal },
+    foreign = false,
   ): Promise<Dispatcher.ResponseData> {
     if (this.closing) throw new Error('the config node is closing');
     this.inFlight += 1;
@@ -309,7 +348,7 @@ export class HttpClient {
     try {
       const response = (await request(address, {
         ...options,
-        dispatcher: this.agent,
+        dispatcher: foreign ? this.transport.foreign(new URL(address)) : this.agent,
       } as Parameters<typeof request>[1])) as Dispatcher.ResponseData;
       if (response.body.closed || response.body.destroyed) end();
       else response.body.once('close', end);
@@ -332,7 +371,11 @@ export class HttpClient {
   ): Promise<R> {
     const method = options.method ?? 'GET';
     const idempotent = options.idempotent ?? (method === 'GET' || method === 'HEAD');
-    const headers: Record<string, string> = { ...this.options.headers, ...options.headers };
+    const headers: Record<string, string> = {
+      ...this.options.headers,
+      ...this.options.credential?.headers,
+      ...options.headers,
+    };
     let body = options.body;
     if (options.json !== undefined) {
       body = JSON.stringify(options.json);
@@ -374,7 +417,11 @@ export class HttpClient {
         throw await this.httpError(response, options);
       },
       (error) => {
-        if (error instanceof NetworkFailure) return { retry: idempotent || !error.sent };
+        if (error instanceof NetworkFailure) {
+          if (transportFailure(error.original, this.base.host, this.transport.proxyFor(this.base))?.permanent)
+            return { retry: false };
+          return { retry: idempotent || !error.sent };
+        }
         if (error instanceof ServiceError && idempotent) {
           const retryAfter = (error as RetryableServiceError).retryAfterMs;
           if (error.code === 'server_error' || error.code === 'rate_limited')
@@ -398,15 +445,37 @@ export class HttpClient {
     return options.action ?? 'the request';
   }
 
-  private networkError(original: unknown, action: string): ServiceError {
+  /**
+   * A request that got no answer, as a sentence: what failed on the way (a certificate, a proxy) when it is
+   * that, else the failure's code. `address` is a host's other than the service's (a signed address).
+   */
+  private networkError(original: unknown, action: string, address?: string): ServiceError {
     if (original instanceof ServiceError) return original;
+    // undici's refused tunnel is an AbortError too: only a stop is said to be one.
+    if (
+      original instanceof Error &&
+      original.name === 'AbortError' &&
+      !/^Proxy response/.test(original.message)
+    ) {
+      return new ServiceError('network', `${action} was stopped before ${this.options.serviceName} answered`);
+    }
+    const target = address ? new URL(address) : this.base;
+    const onTheWay = transportFailure(original, target.host, this.transport.proxyFor(target));
+    if (onTheWay) {
+      const failure = new ServiceError(
+        'network',
+        this.cleanForReport(
+          `${this.options.serviceName} could not be reached while ${action}: ${onTheWay.sentence}`,
+        ),
+      );
+      if (onTheWay.permanent) permanentFailures.add(failure);
+      onTheWayFailures.add(failure);
+      return failure;
+    }
     const reason =
       original instanceof Error
         ? ((original as NodeJS.ErrnoException).code ?? original.message)
         : String(original);
-    if (original instanceof Error && original.name === 'AbortError') {
-      return new ServiceError('network', `${action} was stopped before ${this.options.serviceName} answered`);
-    }
     return new ServiceError(
       'network',
       this.cleanForReport(
@@ -459,6 +528,7 @@ export class HttpClient {
     const service = this.options.serviceName;
     switch (code) {
       case 'unauthorized':
+        if (this.options.credential) return this.options.credential.refusal(service, action, status);
         return `the API key was refused by ${service} while ${action}: check the key in the config node`;
       case 'insufficient_credits':
         return `not enough credits on ${service} for ${action}: add credits to the account`;
@@ -500,5 +570,7 @@ function formatBytes(bytes: number): string {
 function isNotSent(error: unknown): boolean {
   const code = (error as { code?: string } | undefined)?.code;
   if (code && NOT_SENT_CODES.has(code)) return true;
+  // A proxy that refused the tunnel never passed the request on.
+  if (error instanceof undiciErrors.RequestAbortedError && /^Proxy response/.test(error.message)) return true;
   return error instanceof undiciErrors.ConnectTimeoutError;
 }

@@ -1,7 +1,8 @@
 /**
- * graph-gen-config: the generation service's address and keys, and the one connection (keep-alive REST pool
- * and shared WebSocket) every generation node of this config uses. Also serves the dialog's
- * "test connection" button.
+ * graph-gen-config: the generation service's address, how its requests prove who sends them (API key, bearer
+ * token, basic, a header of the user's naming), TLS (a core tls-config node) and proxy (a core http proxy node,
+ * else the environment's), and the one connection (keep-alive REST pool and shared WebSocket) every
+ * generation node of this config uses. Also serves the dialog's "test connection" button.
  */
 import type { Node, NodeAPI, NodeDef } from 'node-red';
 import type { NextFunction, Request, Response } from 'express';
@@ -19,8 +20,11 @@ import {
   type NodeDefinitions,
 } from '../generation/workflows/definitions-cache';
 import { convertUiWorkflow, isUiWorkflow } from '../generation/workflows/ui-workflow';
+import type { AuthScheme, AuthSettings } from '../http/auth';
 import { invalidInput, removeSecrets } from '../http/errors';
 import { registerSavedWorkflowEndpoints, type DialogServer } from './saved-workflow-endpoints';
+import { proxyFromEnvironment, proxyFromNode, type EnvironmentProxyOptions } from '../http/proxy';
+import { tlsOptionsOf, type TransportSettings } from '../http/transport';
 import {
   asServiceError,
   catalogTexts,
@@ -31,6 +35,16 @@ import {
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
+  /** How requests prove who sends them; absent (a node saved before the choice): `apiKey`. */
+  authType?: AuthScheme;
+  /** The header's name of the `header` scheme. */
+  authHeader?: string;
+  /** Bearer and header: the secret also as `?token=` on the socket. */
+  tokenInQuery?: boolean;
+  /** A core tls-config node's id, for https and wss. */
+  tls?: string;
+  /** A core http proxy node's id; none: the environment's http_proxy, https_proxy and no_proxy. */
+  proxy?: string;
   partnerKeyField?: string;
   /** Limits (blank = the default): MiB, MiB, seconds, MiB. */
   answerLimitMiB?: string | number;
@@ -59,8 +73,86 @@ function limitsOf(def: GraphGenConfigDef): GenerationLimits {
 }
 
 interface GraphGenCredentials {
+  /** The API key, the bearer token or the named header's value, as the scheme says. */
   apiKey?: string;
   partnerKey?: string;
+  /** Basic authentication's. */
+  username?: string;
+  password?: string;
+}
+
+/** The settings that say how the service is reached, as the node and its dialogs hold them. */
+type AccessSettings = Pick<GraphGenConfigDef, 'authType' | 'authHeader' | 'tokenInQuery' | 'tls' | 'proxy'>;
+
+/** What a node saved before these settings existed has: the API-key scheme, no TLS node, no proxy node. */
+const ACCESS_DEFAULTS: Required<AccessSettings> = {
+  authType: 'apiKey',
+  authHeader: '',
+  tokenInQuery: false,
+  tls: '',
+  proxy: '',
+};
+const ACCESS_FIELDS = Object.keys(ACCESS_DEFAULTS) as Array<keyof AccessSettings>;
+const CREDENTIAL_KINDS = { apiKey: 'password', username: 'text', password: 'password' } as const;
+
+/**
+ * How requests prove who sends them. The API-key scheme is left to `apiKey` (a key set = a cloud service), as
+ * before there was a choice; every other scheme is `auth`, and never makes a cloud service of a server.
+ */
+function authOf(
+  settings: AccessSettings,
+  credentials: GraphGenCredentials,
+): { apiKey?: string; auth?: AuthSettings } {
+  const scheme = settings.authType || 'apiKey';
+  if (scheme === 'apiKey') return { apiKey: credentials.apiKey || undefined };
+  return {
+    auth: {
+      scheme,
+      secret: credentials.apiKey || undefined,
+      username: credentials.username || undefined,
+      password: credentials.password || undefined,
+      headerName: settings.authHeader,
+      tokenInQuery: settings.tokenInQuery === true,
+    },
+  };
+}
+
+/** The core tls-config node's options, as its own `addTLSOptions` gives them. */
+interface TlsConfigNode {
+  valid?: boolean;
+  addTLSOptions(options: Record<string, unknown>): Record<string, unknown>;
+}
+
+/** The core http proxy node. */
+interface HttpProxyNode {
+  url?: string;
+  noproxy?: string[];
+  credentials?: { username?: string; password?: string };
+}
+
+/**
+ * The TLS settings (of the chosen tls-config node) and the proxy (of the chosen http proxy node, else the
+ * environment's, read as Node-RED's settings.js `proxyOptions` say), as the core http request node takes them.
+ * Undefined when neither applies. Refuses a chosen node that is not deployed or could not read its files.
+ */
+function transportOf(RED: NodeAPI, settings: AccessSettings, texts: Texts): TransportSettings | undefined {
+  const transport: TransportSettings = {};
+  if (settings.tls) {
+    const node = RED.nodes.getNode(settings.tls) as unknown as TlsConfigNode | null;
+    if (!node || typeof node.addTLSOptions !== 'function') throw invalidInput(texts('errors.no-tls'));
+    if (node.valid === false) throw invalidInput(texts('errors.tls-invalid'));
+    transport.tls = tlsOptionsOf(node.addTLSOptions({}));
+  }
+  if (settings.proxy) {
+    const node = RED.nodes.getNode(settings.proxy) as unknown as HttpProxyNode | null;
+    if (!node) throw invalidInput(texts('errors.no-proxy'));
+    transport.proxy = proxyFromNode({ ...node, ...node.credentials });
+  } else {
+    const options = (RED.settings as unknown as { proxyOptions?: EnvironmentProxyOptions }).proxyOptions;
+    transport.proxy = proxyFromEnvironment(process.env, options);
+  }
+  if (!transport.proxy) delete transport.proxy;
+  return transport.tls || transport.proxy ? transport : undefined;
 }
 
 function graphGenConfig(RED: NodeAPI): void {
@@ -70,12 +162,14 @@ function graphGenConfig(RED: NodeAPI): void {
     RED.nodes.createNode(this, def);
     const credentials: GraphGenCredentials = this.credentials ?? {};
     try {
+      const transport = transportOf(RED, def, texts);
       this.connection = new GenerationConnection({
         baseUrl: (def.baseUrl ?? '').trim(),
-        apiKey: credentials.apiKey || undefined,
+        ...authOf(def, credentials),
         partnerKey: credentials.partnerKey || undefined,
         partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
         limits: limitsOf(def),
+        ...(transport ? { transport } : {}),
       });
     } catch (error) {
       // Nothing may be thrown out of a node's constructor; the nodes that use this config say why instead.
@@ -94,7 +188,12 @@ function graphGenConfig(RED: NodeAPI): void {
     'graph-gen-config',
     GraphGenConfig,
     {
-      credentials: { apiKey: { type: 'password' }, partnerKey: { type: 'password' } },
+      credentials: {
+        apiKey: { type: 'password' },
+        partnerKey: { type: 'password' },
+        username: { type: 'text' },
+        password: { type: 'password' },
+      },
     },
   );
 
@@ -105,11 +204,19 @@ function graphGenConfig(RED: NodeAPI): void {
     RED.auth.needsPermission('graph-gen-config.write'),
     (req: Request, res: Response) => {
       const target = configTarget(RED, req.body ?? {}, texts);
-      if (target.refusal) {
-        res.json({ ok: false, code: 'invalid_input', message: target.refusal });
+      let transport: TransportSettings | undefined;
+      try {
+        if (target.refusal) throw invalidInput(target.refusal);
+        transport = transportOf(RED, target.settings, texts);
+      } catch (error) {
+        res.json({ ok: false, code: 'invalid_input', message: asServiceError(error).message });
         return;
       }
-      checkConnection(String(target.settings.baseUrl ?? '').trim(), target.key).then(
+      checkConnection({
+        baseUrl: String(target.settings.baseUrl ?? '').trim(),
+        ...authOf(target.settings, target.credentials),
+        transport,
+      }).then(
         (result) => res.json(result),
         (error: unknown) =>
           res.json({
@@ -122,21 +229,33 @@ function graphGenConfig(RED: NodeAPI): void {
   );
 }
 
-/** The settings and key a dialog request (test connection, definitions, conversion) names for this config node. */
-function configTarget(
-  RED: NodeAPI,
-  body: DialogRequest,
-  texts: Texts,
-): ConnectionTestTarget<Partial<{ baseUrl: string }>> {
-  return connectionTestTarget<{ baseUrl: string }>(RED, 'graph-gen-config', ['baseUrl'], body, texts);
+/** The settings a dialog names: the address and how it is reached. */
+type DialogSettings = { baseUrl: string } & AccessSettings;
+type DialogTarget = ConnectionTestTarget<Partial<DialogSettings>>;
+
+/**
+ * The settings and credentials a dialog request (test connection, definitions, conversion) names for this
+ * config node.
+ */
+function configTarget(RED: NodeAPI, body: DialogRequest, texts: Texts): DialogTarget {
+  return connectionTestTarget<DialogSettings>(
+    RED,
+    'graph-gen-config',
+    ['baseUrl', ...ACCESS_FIELDS],
+    body,
+    texts,
+    { defaults: ACCESS_DEFAULTS, credentials: CREDENTIAL_KINDS },
+  );
 }
 
-/** What the submit dialog sends: the config node's id and its settings as the editor holds them. */
-interface DialogRequest {
+/** What the dialogs send: the config node's id and its settings as the editor holds them. */
+interface DialogRequest extends AccessSettings {
   id?: string;
   baseUrl?: string;
   /** Typed in this editor session; absent (or Node-RED's placeholder) = the stored key of a deployed node. */
   apiKey?: string;
+  username?: string;
+  password?: string;
   refresh?: boolean;
   workflow?: unknown;
 }
@@ -152,8 +271,7 @@ interface DialogRequest {
 function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   const cache = new DefinitionsCache();
   /** Which settings and key a dialog's request names, worked out once per request (kept in res.locals). */
-  const targetOf = (res: Response): ConnectionTestTarget<Partial<{ baseUrl: string }>> =>
-    res.locals.target as ConnectionTestTarget<Partial<{ baseUrl: string }>>;
+  const targetOf = (res: Response): DialogTarget => res.locals.target as DialogTarget;
   const nameTarget = (req: Request, res: Response, next: NextFunction) => {
     res.locals.target = configTarget(RED, (req.body ?? {}) as DialogRequest, texts);
     next();
@@ -162,11 +280,12 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     RED.auth.needsPermission(`graph-gen-config.${targetOf(res).asSaved ? 'read' : 'write'}`)(req, res, next);
   };
 
-  /** The server a dialog's settings name: a deployed node's connection when they are its settings as saved. */
-  function dialogServer(
-    body: DialogRequest,
-    target: ConnectionTestTarget<Partial<{ baseUrl: string }>>,
-  ): DialogServer {
+  /**
+   * The server a dialog's settings name: a deployed node's connection when they are its settings as saved, else
+   * where and how to reach the typed settings (their credential, TLS and proxy), and the secrets to keep out of
+   * answers (the user name is no secret, and may be a common word found in definitions).
+   */
+  function dialogServer(body: DialogRequest, target: DialogTarget): DialogServer {
     if (target.refusal) throw invalidInput(target.refusal);
     const baseUrl = String(target.settings.baseUrl ?? '').trim();
     if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
@@ -174,36 +293,47 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
       ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)
       : null;
     if (deployed?.settingsError) throw invalidInput(deployed.settingsError);
-    return { baseUrl, connection: deployed?.connection, key: target.key };
+    return {
+      baseUrl,
+      connection: deployed?.connection,
+      source: deployed?.connection
+        ? { baseUrl }
+        : {
+            baseUrl,
+            ...authOf(target.settings, target.credentials),
+            transport: transportOf(RED, target.settings, texts),
+          },
+      secrets: [target.key, target.credentials.password],
+    };
   }
 
   /**
-   * The definitions the dialog's settings name, and the key they were read with (to keep it out of answers).
+   * The definitions the dialog's settings name, and the secrets they were read with (to keep out of answers).
    * A deployed node as saved answers with what its connection holds, so the dialog and the submit nodes
    * share one copy and one limit on reads.
    */
   async function definitionsFor(
     body: DialogRequest,
-    target: ConnectionTestTarget<Partial<{ baseUrl: string }>>,
-  ): Promise<{ definitions: NodeDefinitions; key?: string }> {
-    const { baseUrl, connection } = dialogServer(body, target);
+    target: DialogTarget,
+  ): Promise<{ definitions: NodeDefinitions; secrets: Array<string | undefined> }> {
+    const { connection, source, secrets } = dialogServer(body, target);
     const refresh = body.refresh === true;
     const definitions = connection
       ? await connectionDefinitions(connection, refresh)
-      : await cache.get(
-          { configId: typeof body.id === 'string' ? body.id : '', baseUrl, apiKey: target.key },
-          refresh,
-        );
-    return { definitions, key: target.key };
+      : await cache.get({ configId: typeof body.id === 'string' ? body.id : '', ...source }, refresh);
+    return { definitions, secrets };
   }
 
   /**
-   * Answers `{ok: true, ...}` or `{ok: false, code, message}`, never with the key in it. Only the key is
-   * removed: addresses in definitions and converted workflows stay whole, as the runtime sees them.
+   * Answers `{ok: true, ...}` or `{ok: false, code, message}`, never with a secret in it. Only the secrets
+   * are removed: addresses in definitions and converted workflows stay whole, as the runtime sees them.
    */
-  function answer(res: Response, work: () => Promise<{ result: Record<string, unknown>; key?: string }>) {
+  function answer(
+    res: Response,
+    work: () => Promise<{ result: Record<string, unknown>; secrets: Array<string | undefined> }>,
+  ) {
     work().then(
-      ({ result, key }) => res.json(removeSecrets({ ok: true, ...result }, [key])),
+      ({ result, secrets }) => res.json(removeSecrets({ ok: true, ...result }, secrets)),
       (error: unknown) => {
         const serviceError = asServiceError(error);
         res.json({ ok: false, code: serviceError.code, message: serviceError.message });
@@ -218,8 +348,8 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     (req: Request, res: Response) => {
       const body = (req.body ?? {}) as DialogRequest;
       answer(res, async () => {
-        const { definitions, key } = await definitionsFor(body, targetOf(res));
-        return { result: { definitions: editorDefinitionsOf(definitions) }, key };
+        const { definitions, secrets } = await definitionsFor(body, targetOf(res));
+        return { result: { definitions: editorDefinitionsOf(definitions) }, secrets };
       });
     },
   );
@@ -234,11 +364,11 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
         if (!isUiWorkflow(body.workflow)) {
           throw invalidInput(texts('errors.not-ui'));
         }
-        const { definitions, key } = await definitionsFor(body, targetOf(res));
+        const { definitions, secrets } = await definitionsFor(body, targetOf(res));
         const workflow = convertUiWorkflow(body.workflow, (classType) =>
           Object.hasOwn(definitions, classType) ? definitions[classType] : undefined,
         );
-        return { result: { workflow }, key };
+        return { result: { workflow }, secrets };
       });
     },
   );

@@ -117,6 +117,7 @@ export = function (RED: NodeAPI) {
         limits,
         signal,
         onFetch: () => status(statusWaiting(texts('status.fetching'))),
+        proxied: (url) => connection.http.transport.proxiedForeign(url),
       });
       try {
         status(statusWaiting(texts(mask ? 'status.uploading-mask' : 'status.uploading')));

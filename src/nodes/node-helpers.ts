@@ -200,7 +200,10 @@ const UNCHANGED_PASSWORD = '__PWRD__';
 export interface ConnectionTestTarget<S> {
   /** The settings to test: as deployed (resolved) when the dialog shows the deployed ones, else as typed. */
   settings: S;
+  /** The `apiKey` credential to use. */
   key?: string;
+  /** Every credential asked for (`options.credentials`) to use, `apiKey` among them; unset ones absent. */
+  credentials: Record<string, string | undefined>;
   /** Why the test cannot be made as asked, in a sentence (then nothing is sent). */
   refusal?: string;
   /**
@@ -214,12 +217,16 @@ export interface ConnectionTestTarget<S> {
 const ENV_REFERENCE = /\$\{/;
 
 /**
- * What a dialog's "test connection" may use. The dialog sends the settings as typed, the key field and the
- * node's id. A stored key goes only to the address it was deployed with: it is used for a deployed node of
- * this very type whose saved settings are the ones sent, and then the deployed settings (with their
- * `${VAR}` references resolved, as the deploy did) are tested. Typed settings are tested as typed. Only a
- * deployed node resolves its variables: a typed address or a typed key written with `${...}` is refused, so
- * the editor cannot make the runtime read its environment into an address, or send it as a key.
+ * What a dialog's "test connection" may use. The dialog sends the settings as typed, the credentials it holds
+ * (a password unchanged since it was loaded comes as Node-RED's placeholder) and the node's id. Stored
+ * credentials go only to the address they were deployed with: they are used for a deployed node of this very
+ * type whose saved settings are the ones sent (a setting the saved node lacks counts as its `defaults` value:
+ * a node saved before the setting existed), and then the deployed settings (with their `${VAR}` references
+ * resolved, as the deploy did) are tested. A text credential (a user name: the editor holds it as stored)
+ * sent as it is stored counts as not typed; a password one counts as typed unless it is the placeholder. Typed
+ * settings are tested as typed, with typed credentials only. Only a deployed node resolves its variables: a
+ * typed address or a typed credential written with `${...}` is refused, so the editor cannot make the runtime
+ * read its environment into an address, or send it as a key.
  */
 export function connectionTestTarget<S extends object>(
   RED: NodeAPI,
@@ -227,7 +234,11 @@ export function connectionTestTarget<S extends object>(
   fields: Array<keyof S & string>,
   body: Partial<S> & { id?: unknown; apiKey?: unknown },
   texts: Texts,
+  options: { defaults?: Partial<S>; credentials?: Record<string, 'password' | 'text'> } = {},
 ): ConnectionTestTarget<Partial<S>> {
+  const kinds = options.credentials ?? { apiKey: 'password' };
+  const names = Object.keys(kinds);
+  const defaults = (options.defaults ?? {}) as Record<string, unknown>;
   let saved: Record<string, unknown> | undefined;
   if (typeof body.id === 'string' && body.id) {
     RED.nodes.eachNode((config) => {
@@ -235,15 +246,39 @@ export function connectionTestTarget<S extends object>(
     });
   }
   const text = (value: unknown) => (value === undefined || value === null ? '' : String(value));
+  const sent = body as Record<string, unknown>;
   const asDeployed =
     saved !== undefined &&
-    fields.every((field) => text((saved as Record<string, unknown>)[field]) === text(body[field]));
-  const typed =
-    typeof body.apiKey === 'string' && body.apiKey !== UNCHANGED_PASSWORD ? body.apiKey : undefined;
-  const typedSettings = () => Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
-  if (typed !== undefined && ENV_REFERENCE.test(typed)) {
-    return { settings: typedSettings(), refusal: texts('errors.env-in-settings'), asSaved: false };
+    fields.every(
+      (field) =>
+        text((saved as Record<string, unknown>)[field] ?? defaults[field]) ===
+        text(sent[field] ?? defaults[field]),
+    );
+  const stored = (saved ? (RED.nodes.getCredentials(body.id as string) ?? {}) : {}) as Record<
+    string,
+    string | undefined
+  >;
+  const typed: Record<string, string> = {};
+  for (const name of names) {
+    const value = sent[name];
+    if (typeof value !== 'string' || value === UNCHANGED_PASSWORD) continue;
+    if (kinds[name] === 'text' && asDeployed && value === (stored[name] ?? '')) continue;
+    typed[name] = value;
   }
+  const typedSettings = () => Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
+  if (Object.values(typed).some((value) => ENV_REFERENCE.test(value))) {
+    return {
+      settings: typedSettings(),
+      credentials: {},
+      refusal: texts('errors.env-in-settings'),
+      asSaved: false,
+    };
+  }
+  const given = (values: Record<string, string | undefined>) => {
+    const credentials: Record<string, string | undefined> = {};
+    for (const name of names) if (values[name]) credentials[name] = values[name];
+    return { credentials, key: credentials.apiKey };
+  };
   if (asDeployed) {
     const settings = Object.fromEntries(
       fields.map((field) => {
@@ -251,15 +286,15 @@ export function connectionTestTarget<S extends object>(
         return [field, typeof value === 'string' ? resolveEnvReference(value) : value];
       }),
     ) as Partial<S>;
-    const stored = (RED.nodes.getCredentials(body.id as string) as { apiKey?: string } | undefined)?.apiKey;
-    const key = typed !== undefined ? typed : resolveEnvReference(stored);
-    return { settings, key: key || undefined, asSaved: typed === undefined };
+    const values: Record<string, string | undefined> = {};
+    for (const name of names) values[name] = name in typed ? typed[name] : resolveEnvReference(stored[name]);
+    return { settings, ...given(values), asSaved: Object.keys(typed).length === 0 };
   }
   const settings = typedSettings();
   if (fields.some((field) => ENV_REFERENCE.test(text(body[field])))) {
-    return { settings, refusal: texts('errors.env-in-settings'), asSaved: false };
+    return { settings, credentials: {}, refusal: texts('errors.env-in-settings'), asSaved: false };
   }
-  return { settings, key: typed || undefined, asSaved: false };
+  return { settings, ...given(typed), asSaved: false };
 }
 
 /** The connection of a generation node's config node, or a refusal that says to pick one. */

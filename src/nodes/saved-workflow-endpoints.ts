@@ -9,7 +9,11 @@
 import type { NodeAPI } from 'node-red';
 import type { Request, RequestHandler, Response } from 'express';
 import { GENERATION_LIMITS, type GenerationConnection } from '../generation/connection';
-import { DIALOG_DEFINITIONS, dialogClient } from '../generation/workflows/definitions-cache';
+import {
+  DIALOG_DEFINITIONS,
+  dialogClient,
+  type DefinitionsSource,
+} from '../generation/workflows/definitions-cache';
 import {
   checkedWorkflowName,
   listSavedWorkflows,
@@ -23,8 +27,10 @@ export interface DialogServer {
   baseUrl: string;
   /** A deployed config node's connection, when the request names it as saved. */
   connection?: GenerationConnection;
-  /** The key the request may use (typed, or the deployed node's stored one). */
-  key?: string;
+  /** Where and how to reach it when there is no connection (typed settings: credential, TLS, proxy). */
+  source: Pick<DefinitionsSource, 'baseUrl' | 'apiKey' | 'auth' | 'transport'>;
+  /** The secrets the request may use (typed, or the deployed node's stored ones): kept out of answers. */
+  secrets: Array<string | undefined>;
 }
 
 /** What graph-gen-config lends: its middleware, how it names the server, and how it answers. */
@@ -36,7 +42,10 @@ export interface DialogEndpointRules {
   /** The server the request names; raises invalid_input with a sentence when it names none. */
   serverOf: (req: Request, res: Response) => DialogServer;
   /** Answers `{ok: true, ...result}` without the key, or `{ok: false, code, message}`. */
-  answer: (res: Response, work: () => Promise<{ result: Record<string, unknown>; key?: string }>) => void;
+  answer: (
+    res: Response,
+    work: () => Promise<{ result: Record<string, unknown>; secrets: Array<string | undefined> }>,
+  ) => void;
 }
 
 interface SavedWorkflowRequest {
@@ -53,7 +62,7 @@ async function withServer<T>(
   work: (http: HttpClient, maxBytes: number, signal: AbortSignal) => Promise<T>,
 ): Promise<T> {
   const signal = AbortSignal.timeout(DIALOG_DEFINITIONS.waitMs);
-  const own = server.connection ? undefined : dialogClient({ baseUrl: server.baseUrl, apiKey: server.key });
+  const own = server.connection ? undefined : dialogClient(server.source);
   const http = server.connection?.http ?? own!.http;
   const maxBytes = server.connection?.limits.answerBytes ?? GENERATION_LIMITS.answerBytes;
   try {
@@ -84,7 +93,7 @@ export function registerSavedWorkflowEndpoints(RED: NodeAPI, rules: DialogEndpoi
       rules.answer(res, async () => {
         const server = rules.serverOf(req, res);
         const list = await withServer(server, (http, _maxBytes, signal) => listSavedWorkflows(http, signal));
-        return { result: { workflows: list.workflows, leftOut: list.leftOut }, key: server.key };
+        return { result: { workflows: list.workflows, leftOut: list.leftOut }, secrets: server.secrets };
       });
     },
   );
@@ -103,7 +112,7 @@ export function registerSavedWorkflowEndpoints(RED: NodeAPI, rules: DialogEndpoi
         const workflow = await withServer(server, (http, maxBytes, signal) =>
           readSavedWorkflow(http, name, { signal, maxBytes }),
         );
-        return { result: { name, workflow }, key: server.key };
+        return { result: { name, workflow }, secrets: server.secrets };
       });
     },
   );

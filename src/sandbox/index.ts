@@ -3,7 +3,7 @@
  * injection and counters for tests, benchmarks and `npm start`. A second server plays the storage host
  * that signed download addresses point at.
  */
-import { SandboxServer } from './server';
+import { SandboxServer, type SandboxLogin } from './server';
 import {
   mountAutomationService,
   type AutomationService,
@@ -28,6 +28,8 @@ export interface SandboxOptions {
   generationApiKey?: string;
   generation?: GenerationServiceOptions;
   events?: GenerationEventsOptions;
+  /** A login in front of the whole server (SandboxServer.login), as a reverse proxy puts one. */
+  login?: SandboxLogin;
 }
 
 export interface Sandbox {
@@ -44,6 +46,7 @@ export interface Sandbox {
 
 export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
   const server = new SandboxServer();
+  server.login = options.login;
   const automation = mountAutomationService(server, options.automation ?? {});
   const jobs = new GenerationJobs({ apiKey: options.generationApiKey });
   const generation = await mountGenerationService(server, jobs, options.generation ?? {});
@@ -67,4 +70,4 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
 }
 
 export { SandboxServer } from './server';
-export type { Fault } from './server';
+export type { Fault, SandboxLogin } from './server';

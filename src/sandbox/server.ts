@@ -117,6 +117,13 @@ export type UpgradeHandler = (socket: WebSocket, req: http.IncomingMessage, url:
 /** Decides an upgrade before it is accepted: a status refuses it. */
 export type UpgradeGate = (req: http.IncomingMessage, url: URL) => number | undefined;
 
+export interface SandboxLogin {
+  /** The header's name, lower case. */
+  header: string;
+  value: string;
+  socketToken?: string;
+}
+
 interface Route {
   method: string;
   pattern: RegExp;
@@ -139,6 +146,12 @@ export class SandboxServer {
    * the JSON `{code, message}` of cloud gateways.
    */
   plainNotFound = false;
+  /**
+   * A login in front of the whole server, as a reverse proxy puts one (basic auth, a bearer check): a request or
+   * a handshake without `header: value` is answered 401 before anything else; a handshake may carry
+   * `?token=<socketToken>` instead (ComfyUI-Login's socket).
+   */
+  login?: SandboxLogin;
 
   constructor() {
     this.http.on('connection', (socket) => {
@@ -202,6 +215,11 @@ export class SandboxServer {
     const url = new URL(req.url ?? '/', 'http://127.0.0.1');
     const method = req.method ?? 'GET';
     this.counters.record(this.seen(req, url));
+    if (this.login && req.headers[this.login.header] !== this.login.value) {
+      res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Basic realm="sandbox"' });
+      res.end('401 Authorization Required');
+      return;
+    }
     try {
       const fault = this.faults.take(method, url.pathname);
       if (fault?.delayMs) await new Promise((resolve) => setTimeout(resolve, fault.delayMs));
@@ -262,7 +280,11 @@ export class SandboxServer {
     const url = new URL(req.url ?? '/', 'http://127.0.0.1');
     this.counters.handshakes.push(this.seen(req, url));
     const entry = this.upgrades.get(url.pathname);
-    const refusal = entry ? entry.gate?.(req, url) : 404;
+    const loggedIn =
+      !this.login ||
+      req.headers[this.login.header] === this.login.value ||
+      (this.login.socketToken !== undefined && url.searchParams.get('token') === this.login.socketToken);
+    const refusal = !loggedIn ? 401 : entry ? entry.gate?.(req, url) : 404;
     const fault = this.faults.take('UPGRADE', url.pathname);
     const status = fault?.status ?? refusal;
     if (!entry || status !== undefined || fault?.drop) {

@@ -216,4 +216,39 @@ describe('editor: every node type in a real browser', function () {
       await editor.closeDialog(page, 'node-config-dialog-cancel');
     });
   }
+
+  it('graph-gen-config: the authentication shows its own fields, and "test connection" sends the scheme chosen', async () => {
+    const id = (await editor.nodeOfType(page, 'graph-gen-config')).id;
+    await editor.openConfigDialog(page, 'graph-gen-config', id);
+    const shown = () =>
+      page.evaluate(() =>
+        ['apiKey', 'username', 'password', 'authHeader', 'tokenInQuery'].filter((field) =>
+          $(`#node-config-input-${field}`).is(':visible'),
+        ),
+      );
+    assert.strictEqual(await page.locator('#node-config-input-authType').inputValue(), 'apiKey');
+    assert.deepStrictEqual(await shown(), ['apiKey']);
+    await page.selectOption('#node-config-input-authType', 'basic');
+    assert.deepStrictEqual(await shown(), ['username', 'password']);
+    await page.selectOption('#node-config-input-authType', 'header');
+    assert.deepStrictEqual(await shown(), ['apiKey', 'authHeader', 'tokenInQuery']);
+    assert.strictEqual(await page.locator('#graph-gen-config-secret-label').innerText(), 'Header value');
+    await page.selectOption('#node-config-input-authType', 'bearer');
+    assert.deepStrictEqual(await shown(), ['apiKey', 'tokenInQuery']);
+    assert.strictEqual(await page.locator('#graph-gen-config-secret-label').innerText(), 'Token');
+    await screenshot(page, 'graph-gen-config-bearer', page.locator('.red-ui-tray').last());
+    // The sandbox takes only its API key: a bearer token is refused, and the answer names the scheme.
+    await editor.setField(page, 'node-config-input-apiKey', 'a-bearer-token-123');
+    const result = page.locator('#graph-gen-config-test-result');
+    const before = await result.innerText();
+    await page.click('#graph-gen-config-test');
+    await page.waitForFunction(
+      ([selector, earlier]) => $(selector).text() !== earlier && !/…|\.\.\.$/.test($(selector).text()),
+      ['#graph-gen-config-test-result', before],
+    );
+    const refused = await result.innerText();
+    assert.match(refused, /refused the bearer token: check the token\./, refused);
+    assert.ok(!refused.includes('a-bearer-token-123'));
+    await editor.closeDialog(page, 'node-config-dialog-cancel');
+  });
 });

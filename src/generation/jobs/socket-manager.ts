@@ -19,6 +19,14 @@ export interface SocketManagerOptions {
   baseUrl: string;
   /** The API key, sent as `token`; undefined for a self-hosted server. */
   apiKey?: string;
+  /** Sent as `token` instead of `apiKey` (a bearer token for servers that take it so); never logged. */
+  token?: string;
+  /** Sent on the handshake, as on every REST request (the credential's headers). */
+  headers?: Record<string, string>;
+  /** `ws` options for each connection: TLS settings, or an agent through the proxy (http/transport.ts). */
+  connectOptions?: () => WebSocket.ClientOptions;
+  /** What a 401 or 403 on the handshake refused, in words ("the bearer token"); default: the API key. */
+  credentialName?: string;
   /** Further values never to pass on (the partner key): removed from events that echo them. */
   secrets?: Array<string | undefined>;
   /** The UUID sent as `clientId` (and as `client_id` on submit), kept for the config node's life. */
@@ -177,7 +185,7 @@ export class SocketManager {
     this.timings = { ...SocketManager.defaultTimings, ...options.timings };
     this.limits = { ...SocketManager.defaultLimits, ...options.limits };
     this.kept = new KeptEvents(this.limits, this.stats);
-    this.secrets = [options.apiKey, ...(options.secrets ?? [])].filter(
+    this.secrets = [options.apiKey, options.token, ...(options.secrets ?? [])].filter(
       (secret): secret is string => typeof secret === 'string' && secret.length > 0,
     );
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- read by the sink's getters on every frame
@@ -216,7 +224,11 @@ export class SocketManager {
 
   /** The socket's address with its token, for connecting only: never log it. */
   private address(): string {
-    return socketAddress(this.options.baseUrl, this.options.clientId, this.options.apiKey);
+    return socketAddress(
+      this.options.baseUrl,
+      this.options.clientId,
+      this.options.token ?? this.options.apiKey,
+    );
   }
 
   /** Opens the socket if needed and waits until it is open, at most `timeoutMs`; false if it is not. */
@@ -333,6 +345,8 @@ export class SocketManager {
     let ws: WebSocket;
     try {
       ws = new WebSocket(this.address(), {
+        ...this.options.connectOptions?.(),
+        headers: this.options.headers,
         handshakeTimeout: this.timings.handshakeTimeoutMs,
         perMessageDeflate: false,
         // Larger frames are read and then dropped by the parser, so one bad frame does not cost the socket.
@@ -426,7 +440,7 @@ export class SocketManager {
     this.log(
       this.refused ? 'warn' : 'debug',
       this.refused
-        ? `graph-gen socket: the API key was refused, trying again in ${Math.round(delay / 1000)} s`
+        ? `graph-gen socket: the server refused ${this.options.credentialName ?? 'the API key'}, trying again in ${Math.round(delay / 1000)} s`
         : `graph-gen socket closed (${code}), reconnecting in ${delay} ms`,
     );
     this.reconnectAt = Date.now() + delay;
@@ -584,15 +598,16 @@ export class SocketManager {
 
 /**
  * The socket's address: the base address's host with ws/wss (from http/https), its path + `/ws`,
- * `clientId`, and `token` only when there is a key (self-hosted servers get none). Holds the key: never log it.
+ * `clientId`, and `token` only when there is one (the API key; a token for servers that take it so;
+ * self-hosted servers without a login get none). Holds the token: never log it.
  */
-export function socketAddress(baseUrl: string, clientId: string, apiKey?: string): string {
+export function socketAddress(baseUrl: string, clientId: string, token?: string): string {
   const url = new URL(baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`);
   url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
   url.pathname = `${url.pathname}ws`;
   url.search = '';
   url.hash = '';
   url.searchParams.set('clientId', clientId);
-  if (apiKey) url.searchParams.set('token', apiKey);
+  if (token) url.searchParams.set('token', token);
   return url.toString();
 }

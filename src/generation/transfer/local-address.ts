@@ -101,6 +101,25 @@ export function checkAddress(
 }
 
 /**
+ * For a fetch that goes through a proxy, which resolves the host itself: the host is resolved here too and
+ * refused when any of its addresses is local (the proxy might reach it the same way). A host that cannot be
+ * resolved here is left to the proxy.
+ */
+export async function checkResolved(url: URL, isLocal: (address: string) => boolean): Promise<void> {
+  const host = bareAddress(url.hostname);
+  if (isIP(host) !== 0) return;
+  const addresses = await dnsLookupAll(host).catch(() => []);
+  const local = addresses.find((entry) => isLocal(entry.address));
+  if (local) throw localRefused(`The URL's host ${url.hostname} resolves to`, local.address);
+}
+
+function dnsLookupAll(hostname: string): Promise<LookupAddress[]> {
+  return new Promise((resolve, reject) =>
+    dnsLookup(hostname, { all: true }, (error, addresses) => (error ? reject(error) : resolve(addresses))),
+  );
+}
+
+/**
  * A DNS lookup for the fetch's connections (undici's `connect.lookup`, which net and tls call) that refuses
  * a host name resolving to a local address; `onRefused` keeps the sentence, which undici may wrap.
  */

@@ -13,7 +13,7 @@ import { pipeline } from 'node:stream/promises';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ServiceError, invalidInput } from '../../http/errors';
 import { timeLimitSignal } from '../../timers';
-import { checkAddress, guardedLookup, hostOf, isLocalAddress } from './local-address';
+import { checkAddress, checkResolved, guardedLookup, hostOf, isLocalAddress } from './local-address';
 import { sizeText } from './size-text';
 
 /** The "payload is" setting: `auto` tells the kinds apart; `path` and `base64` take any text as that. */
@@ -152,6 +152,8 @@ export async function readUploadSource(
      * on 127.0.0.1, narrow it.
      */
     isLocal?: (address: string) => boolean;
+    /** The proxy's pool for a URL when the config node's proxy rule sends it through one (http/transport.ts). */
+    proxied?: (url: URL) => Dispatcher | undefined;
   } = {},
 ): Promise<UploadSource> {
   const { filename, limits = DEFAULT_URL_LIMITS, signal } = options;
@@ -178,7 +180,14 @@ export async function readUploadSource(
       return { kind, source: decodeBase64(text, 'msg.payload'), name: filename, release: nothingToRelease };
     case 'url':
       options.onFetch?.();
-      return fetchToTemporaryFile(text, filename, limits, signal, options.isLocal ?? isLocalAddress);
+      return fetchToTemporaryFile(
+        text,
+        filename,
+        limits,
+        signal,
+        options.isLocal ?? isLocalAddress,
+        options.proxied,
+      );
     default:
       return { kind: 'path', source: payload, name: filename, release: nothingToRelease };
   }
@@ -220,6 +229,7 @@ async function fetchToTemporaryFile(
   limits: UrlLimits,
   signal: AbortSignal | undefined,
   isLocal: (address: string) => boolean,
+  proxied?: (url: URL) => Dispatcher | undefined,
 ): Promise<UploadSource> {
   let url: URL;
   try {
@@ -252,9 +262,12 @@ async function fetchToTemporaryFile(
     let response: Dispatcher.ResponseData;
     checkAddress(url, undefined, limits.allowLocal, isLocal);
     for (let redirects = 0; ; redirects++) {
+      const viaProxy = proxied?.(url);
+      // Through a proxy the host is resolved there, past the pool's guarded lookup: checked here first.
+      if (viaProxy && !limits.allowLocal) await checkResolved(url, isLocal);
       response = await request(url, {
         method: 'GET',
-        dispatcher: agent,
+        dispatcher: viaProxy ?? agent,
         signal: stop,
         headers: { accept: 'image/*, */*;q=0.8' },
       });

@@ -7,8 +7,11 @@
  * Node-RED inside.
  */
 import { createHash } from 'node:crypto';
-import { HttpClient } from '../../http/client';
+import { Credential, type AuthSettings } from '../../http/auth';
+import { HttpClient, failedOnTheWay } from '../../http/client';
 import { ServiceError } from '../../http/errors';
+import { checkedProxy } from '../../http/proxy';
+import type { TransportSettings } from '../../http/transport';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { GenerationConnection } from '../connection';
 import { GenerationRestClient } from '../transfer/rest-client';
@@ -21,7 +24,12 @@ export interface DefinitionsSource {
   /** The config node's id ('' for one that has none yet). */
   configId: string;
   baseUrl: string;
+  /** The API key, when `auth` is absent (the API-key scheme). */
   apiKey?: string;
+  /** How requests prove who sends them (absent: the API-key scheme with `apiKey`). */
+  auth?: AuthSettings;
+  /** TLS settings and proxy. */
+  transport?: TransportSettings;
   /** The largest answer read (object_info of a server with many custom nodes runs to megabytes). */
   maxBytes?: number;
 }
@@ -35,13 +43,12 @@ export interface EditorDefinition {
 const DEFAULT_MAX_BYTES = 64 * 1024 * 1024;
 
 /** The sentence a dialog shows when the definitions cannot be read, by error code. */
-function sentenceFor(error: ServiceError, host: string, hasKey: boolean): string {
+function sentenceFor(error: ServiceError, host: string, credential: Credential): string {
   switch (error.code) {
     case 'unauthorized':
-      return hasKey
-        ? `${host} refused the API key, so its node definitions cannot be shown: check the key in the config node.`
-        : `${host} asks for an API key, so its node definitions cannot be shown: enter one in the config node.`;
+      return credential.refusedBy(host, ', so its node definitions cannot be shown');
     case 'network':
+      if (failedOnTheWay(error)) return `The node definitions cannot be shown: ${error.message}.`;
       return `${host} could not be reached, so its node definitions cannot be shown: check the address and that the service is running.`;
     case 'invalid_input':
       return error.message;
@@ -60,10 +67,15 @@ export const DIALOG_DEFINITIONS = {
 };
 
 /** A failed read as a ServiceError of the same code whose message is the sentence a dialog shows. */
-function definitionsFailure(error: unknown, host: string, hasKey: boolean, clean: (text: string) => string) {
+function definitionsFailure(
+  error: unknown,
+  host: string,
+  credential: Credential,
+  clean: (text: string) => string,
+) {
   const serviceError =
     error instanceof ServiceError ? error : new ServiceError('network', clean(String(error)));
-  return new ServiceError(serviceError.code, sentenceFor(serviceError, host, hasKey));
+  return new ServiceError(serviceError.code, sentenceFor(serviceError, host, credential));
 }
 
 /**
@@ -75,7 +87,7 @@ export async function connectionDefinitions(
   connection: GenerationConnection,
   refresh: boolean,
 ): Promise<NodeDefinitions> {
-  const { baseUrl, apiKey } = connection.settings;
+  const { baseUrl } = connection.settings;
   const host = new URL(baseUrl).host;
   const waited = Math.round(DIALOG_DEFINITIONS.waitMs / 1000);
   const tooLate = new ServiceError(
@@ -96,7 +108,9 @@ export async function connectionDefinitions(
     ]);
   } catch (error) {
     if (error === tooLate) throw error;
-    throw definitionsFailure(error, host, !!apiKey, (text) => connection.http.cleanForReport(text));
+    throw definitionsFailure(error, host, connection.credential, (text) =>
+      connection.http.cleanForReport(text),
+    );
   } finally {
     clearTimeout(timer);
   }
@@ -107,9 +121,10 @@ export async function connectionDefinitions(
  * as the config node sends it, one quick retry at most, each request bounded by `DIALOG_DEFINITIONS.waitMs`
  * (a person is waiting at the dialog). An address that is not http(s) is refused with a sentence.
  */
-export function dialogClient(source: Pick<DefinitionsSource, 'baseUrl' | 'apiKey'>): {
+export function dialogClient(source: Pick<DefinitionsSource, 'baseUrl' | 'apiKey' | 'auth' | 'transport'>): {
   http: HttpClient;
   host: string;
+  credential: Credential;
 } {
   let address: URL;
   try {
@@ -121,26 +136,33 @@ export function dialogClient(source: Pick<DefinitionsSource, 'baseUrl' | 'apiKey
       'The base address is not an http(s) address, e.g. https://gen.example.com: set it in the config node.',
     );
   }
+  let credential: Credential;
+  try {
+    checkedProxy(source.transport?.proxy);
+    credential = Credential.from(source.auth ?? { scheme: 'apiKey', secret: source.apiKey });
+  } catch (error) {
+    throw new ServiceError('invalid_input', `${(error as Error).message}.`);
+  }
   const http = new HttpClient({
     baseUrl: address.href,
-    headers: source.apiKey ? { 'x-api-key': source.apiKey } : {},
-    secrets: [source.apiKey],
+    credential,
+    transport: source.transport,
     serviceName: 'the generation service',
     retry: { attempts: 2, baseDelayMs: 200, maxDelayMs: 500 },
     timeoutMs: DIALOG_DEFINITIONS.waitMs,
     totalTimeoutMs: DIALOG_DEFINITIONS.waitMs,
   });
-  return { http, host: address.host };
+  return { http, host: address.host, credential };
 }
 
 /** An object_info answer read once, with the caller's limits; failures become a ServiceError with a sentence. */
 export async function readNodeDefinitions(source: DefinitionsSource): Promise<NodeDefinitions> {
-  const { http, host } = dialogClient(source);
+  const { http, host, credential } = dialogClient(source);
   try {
     const rest = new GenerationRestClient(http, undefined, source.maxBytes ?? DEFAULT_MAX_BYTES);
     return await rest.nodeDefinitions();
   } catch (error) {
-    throw definitionsFailure(error, host, !!source.apiKey, (text) => http.cleanForReport(text));
+    throw definitionsFailure(error, host, credential, (text) => http.cleanForReport(text));
   } finally {
     await http.close();
   }
@@ -189,8 +211,9 @@ export class DefinitionsCache {
   }
 
   private keyOf(source: DefinitionsSource): string {
+    // Other credentials, TLS settings or proxy are another entry: a read with one set is not answered to another.
     const keyHash = createHash('sha256')
-      .update(source.apiKey ?? '')
+      .update(JSON.stringify([source.apiKey ?? '', source.auth ?? null, source.transport ?? null]))
       .digest('hex');
     return JSON.stringify([source.configId, source.baseUrl.trim(), keyHash]);
   }
