@@ -38,6 +38,11 @@ export interface GenerationSettings {
   partnerKeyField: string;
   /** Bounds on what the service may make this connection hold or wait for (defaults: GENERATION_LIMITS). */
   limits?: Partial<GenerationLimits>;
+  /**
+   * The socket's id (a UUID); by default a new one. A config node keeps its own across restarts, so a
+   * self-hosted server's events of jobs submitted before still reach it.
+   */
+  clientId?: string;
   /** When jobs are checked over REST (defaults: JobBook.defaultTimings); tests make them short. */
   jobTimings?: Partial<JobTimings> & { listRetryMs?: number };
 }
@@ -103,7 +108,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 export class GenerationConnection {
   /** Sent as the socket's clientId and as client_id on submit: self-hosted servers route events by it. */
-  readonly clientId = randomUUID();
+  readonly clientId: string;
   readonly http: HttpClient;
   /** The spec's REST calls (upload, submit, download, queue) on `http`. */
   readonly rest: GenerationRestClient;
@@ -128,6 +133,7 @@ export class GenerationConnection {
    */
   constructor(readonly settings: GenerationSettings) {
     checkedBaseUrl(settings.baseUrl);
+    this.clientId = settings.clientId ?? randomUUID();
     checkedProxy(settings.transport?.proxy);
     this.limits = { ...GENERATION_LIMITS, ...settings.limits };
     this.credential = Credential.from(settings.auth ?? { scheme: 'apiKey', secret: settings.apiKey });

@@ -5,23 +5,14 @@
  * Node-RED was down) has its journal removed. Writes are batched (persist/journal.ts): never one per event.
  */
 import { readdirSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import type { NodeAPI } from 'node-red';
 import { Journal } from '../persist/journal';
 import { keptMessage, restoredMessage, type KeptAwait } from '../generation/jobs/kept-awaits';
+import { stateFolder } from './node-state';
 
 const PREFIX = 'await-job-';
 const SUFFIX = '.jsonl';
-
-/** The folder this package keeps its state in: `<userDir>/graph-gen` (Node-RED's own default user dir). */
-export function stateFolder(RED: NodeAPI): string {
-  const userDir = (RED.settings as { userDir?: unknown }).userDir;
-  return path.join(
-    typeof userDir === 'string' && userDir ? userDir : path.join(os.homedir(), '.node-red'),
-    'graph-gen',
-  );
-}
 
 let swept = false;
 

@@ -23,6 +23,7 @@ import { convertUiWorkflow, isUiWorkflow } from '../generation/workflows/ui-work
 import type { AuthScheme, AuthSettings } from '../http/auth';
 import { invalidInput, removeSecrets } from '../http/errors';
 import { registerSavedWorkflowEndpoints, type DialogServer } from './saved-workflow-endpoints';
+import { forgetClientId, keptClientId } from './node-state';
 import { proxyFromEnvironment, proxyFromNode, type EnvironmentProxyOptions } from '../http/proxy';
 import { tlsOptionsOf, type TransportSettings } from '../http/transport';
 import {
@@ -170,15 +171,17 @@ function graphGenConfig(RED: NodeAPI): void {
         partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
         limits: limitsOf(def),
         ...(transport ? { transport } : {}),
+        clientId: keptClientId(RED, this.id),
       });
     } catch (error) {
       // Nothing may be thrown out of a node's constructor; the nodes that use this config say why instead.
       this.settingsError = asServiceError(error).message;
       this.error(this.settingsError);
     }
-    this.on('close', (_removed: boolean, done: () => void) => {
+    this.on('close', (removed: boolean, done: () => void) => {
       const connection = this.connection;
       this.connection = undefined;
+      if (removed) forgetClientId(RED, this.id);
       if (connection) connection.close().then(done, done);
       else done();
     });
