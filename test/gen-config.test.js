@@ -30,6 +30,7 @@ describe('graph-gen-config', () => {
     const { connection } = config;
     assert.match(connection.clientId, /^[0-9a-f-]{36}$/);
     assert.deepEqual(connection.settings, {
+      clientId: connection.clientId,
       baseUrl: cloud.url,
       apiKey: API_KEY,
       partnerKey: PARTNER_KEY,
@@ -45,6 +46,14 @@ describe('graph-gen-config', () => {
     assert.equal(cloud.counters.matching('/api/queue')[0].headers['x-api-key'], API_KEY);
     await helper.unload();
     assert.equal(connection.http.agent.closed, true);
+  });
+
+  it('keeps its socket id across restarts, so a self-hosted server’s events of earlier jobs still reach it', async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: selfHosted.url }), {});
+    const first = helper.getNode('c').connection.clientId;
+    await helper.unload();
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: selfHosted.url }), {});
+    assert.equal(helper.getNode('c').connection.clientId, first);
   });
 
   it('no API key = a self-hosted server: no X-API-Key header at all', async () => {
