@@ -2,7 +2,8 @@
  * Where an await-job node keeps the jobs it awaits so they are awaited again after Node-RED restarts (setting
  * "resume after a restart"): one journal per node under `<userDir>/graph-gen/`, the msg of each await as
  * kept-awaits.ts keeps it. A node removed from the flows (deleted or disabled, or gone from the flows file while
- * Node-RED was down) has its journal removed. Writes are batched (persist/journal.ts): never one per event.
+ * Node-RED was down) has its journal removed. Writes are batched (persist/journal.ts): one per await and end at
+ * most, fewer in a burst, never one per event.
  */
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
@@ -14,12 +15,8 @@ import { stateFolder } from './node-state';
 const PREFIX = 'await-job-';
 const SUFFIX = '.jsonl';
 
-let swept = false;
-
-/** Once per runtime: journals of await-job nodes that are not in the flows any more are removed. */
+/** Journals of await-job nodes that are not in the flows any more are removed (a few files' names, each start). */
 function sweepOrphans(RED: NodeAPI, folder: string): void {
-  if (swept) return;
-  swept = true;
   const present = new Set<string>();
   RED.nodes.eachNode((config) => {
     if (config.type === 'graph-gen-await-job') present.add(config.id);

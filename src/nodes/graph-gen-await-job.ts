@@ -91,6 +91,8 @@ export = function (RED: NodeAPI): void {
         return statusOk(label.replace(/\s+/g, ' ').trim());
       }
       if (tracker.connectionState === 'down') return statusWaiting(text('status.reconnecting'));
+      if (summary.nearestAhead !== undefined)
+        return statusWaiting(text('status.ahead', { ahead: summary.nearestAhead }));
       const queued = tracker.queueRemaining ?? summary.jobs;
       return statusWaiting(`${text('status.queued')} ${queued}`);
     }

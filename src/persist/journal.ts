@@ -1,11 +1,12 @@
 /**
  * A small key-value state kept on disk as a journal: each change is a line appended to a file (`{"k": key, "v":
  * value}` sets, `{"k": key}` deletes), in batches, so a change costs its own few hundred bytes however much is
- * kept, and writes come at most every `batchMs`, never one per event. When the deleted lines outweigh the kept
- * state the file is rewritten with the kept state only (to a temporary file, then renamed over it). Reading at
- * start-up replays the lines; a last line cut short by a kill is skipped, a file past `maxBytes` is refused.
- * What survives what: a clean stop (`flush`) loses nothing; a kill (SIGKILL, a power cut) loses at most the
- * last `batchMs` of changes. No Node-RED inside.
+ * kept. One write is in flight at a time, and every change made meanwhile goes in the next one: a lone change is
+ * on its way within a turn of the event loop, a burst of thousands costs a few writes. When the deleted lines
+ * outweigh the kept state the file is rewritten with the kept state only (to a temporary file, then renamed over
+ * it). Reading at start-up replays the lines; a last line cut short by a kill is skipped, a file past `maxBytes`
+ * is refused. What survives what: a clean stop (`flush`) loses nothing; a kill (SIGKILL, a power cut) loses the
+ * changes of the write under way and those waiting for it (milliseconds' worth). No Node-RED inside.
  */
 import { appendFile, mkdir, open, rename, rm, writeFile } from 'node:fs/promises';
 import { createReadStream, statSync } from 'node:fs';
@@ -13,7 +14,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 
 export interface JournalOptions {
-  /** Changes are written together, at most this often (default 200 ms). */
+  /** A change waits this long for others to be written with it (default 0: the next turn of the event loop). */
   batchMs?: number;
   /** A file larger than this is not read (default 256 MiB): it cannot be this package's. */
   maxBytes?: number;
@@ -23,7 +24,7 @@ export interface JournalOptions {
   log?: (message: string) => void;
 }
 
-const DEFAULTS = { batchMs: 200, maxBytes: 256 * 1024 * 1024, maxLineBytes: 16 * 1024 * 1024 };
+const DEFAULTS = { batchMs: 0, maxBytes: 256 * 1024 * 1024, maxLineBytes: 16 * 1024 * 1024 };
 /** The file is rewritten when it holds this many lines more than the kept state, and at least that many. */
 const COMPACT_SLACK = 1000;
 
@@ -106,7 +107,9 @@ export class Journal<V> {
   private append(line: string): void {
     if (this.closed) return;
     this.pending.push(line);
-    this.timer ??= setTimeout(() => {
+    // A write under way takes what waits when it ends; otherwise one is started after the batch wait.
+    if (this.writing || this.timer) return;
+    this.timer = setTimeout(() => {
       this.timer = undefined;
       void this.write();
     }, this.options.batchMs);

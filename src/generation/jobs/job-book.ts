@@ -58,7 +58,7 @@ export interface JobAwait {
 
 /** What the book needs of a config node's connection. */
 export interface BookConnection {
-  readonly lookup: Pick<JobLookup, 'status' | 'queue' | 'ended'>;
+  readonly lookup: Pick<JobLookup, 'status' | 'queue' | 'ended' | 'runTimeMs'>;
   readonly cancels: Pick<CancelRegistry, 'kindOf' | 'listen' | 'isCancelled'>;
   sockets(): SocketManager;
   log?(level: 'debug' | 'warn', message: string): void;
@@ -93,6 +93,8 @@ const SWEEP_JOBS = 25;
 /** Status checks in flight at once (after a reconnect every job is checked). */
 const CHECKS_AT_ONCE = 25;
 const SILENCE_TICK_MS = 1_000;
+/** Recent run times (for wait estimates) are read again after this long. */
+const RUN_TIME_FRESH_MS = 60_000;
 /** Results of ended jobs kept for awaits that come later: at least this many of the latest. */
 const RESULTS_KEPT = 1024;
 
@@ -121,6 +123,8 @@ export class JobBook implements LifeHost {
   private readonly firstChecks = new Set<JobLife>();
   private firstCheckTimer?: NodeJS.Timeout;
   private queueRead?: { at: number; read: Promise<QueueRead> };
+  /** The server's recent run time of a job, for wait estimates: read at most once a minute, when wanted. */
+  private runTime?: { at: number; ms: Promise<number | undefined> };
   private sweepTimer?: NodeJS.Timeout;
   private lastSweep = 0;
   private quietTimer?: NodeJS.Timeout;
@@ -346,14 +350,46 @@ export class JobBook implements LifeHost {
   private readQueue(): Promise<QueueRead> {
     const now = Date.now();
     if (!this.queueRead || now - this.queueRead.at >= this.timings.queueFreshMs) {
-      const read = this.connection.lookup.queue(this.aborter.signal).catch((error: unknown): QueueRead => ({
-        kind: 'unreadable',
-        reason: 'failed',
-        message: String(error),
-      }));
+      const read = this.connection.lookup
+        .queue(this.aborter.signal)
+        .then(async (answer) => {
+          if (answer.kind === 'read') await this.placeWaiting(answer);
+          return answer;
+        })
+        .catch((error: unknown): QueueRead => ({
+          kind: 'unreadable',
+          reason: 'failed',
+          message: String(error),
+        }));
       this.queueRead = { at: now, read };
     }
     return this.queueRead.read;
+  }
+
+  /**
+   * Every waiting job's place from a queue read (how many jobs run before it), with an estimate of its wait
+   * where an await wants progress and the server reports run times.
+   */
+  private async placeWaiting(read: Extract<QueueRead, { kind: 'read' }>): Promise<void> {
+    if (this.waiting.size === 0) return;
+    let perJobMs: number | undefined;
+    for (const life of this.waiting) {
+      if (!life.wantsProgress) continue;
+      const now = Date.now();
+      if (!this.runTime || now - this.runTime.at >= RUN_TIME_FRESH_MS) {
+        this.runTime = {
+          at: now,
+          ms: this.connection.lookup.runTimeMs(this.aborter.signal).catch(() => undefined),
+        };
+      }
+      perJobMs = await this.runTime.ms;
+      break;
+    }
+    for (const life of this.waiting) {
+      const ahead = read.ahead.get(life.promptId);
+      if (ahead === undefined) continue;
+      life.onPlaced(ahead, perJobMs === undefined ? undefined : Math.round((ahead * perJobMs) / 1000));
+    }
   }
 
   /** One job: the shared queue read answers for it when it lists it; else its own routes are asked. */

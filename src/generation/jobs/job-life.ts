@@ -30,6 +30,7 @@
  * | execution_error                                | failed with the event's error                              |
  * | execution_interrupted                          | cancelled                                                  |
  * | answer or queue read: pending, running         | that state                                                 |
+ * | queue read: n jobs ahead of it (waiting)       | its place, and a `queue` progress msg when it changed      |
  * | answer: completed, failed, cancelled           | that end; ending when the outputs or error are not in it   |
  * | answer: unknown                                | cancelled if this config cancelled it; else lost once      |
  * |                                                | confirmed, and not before `unknownGraceMs` for a job never |
@@ -153,6 +154,8 @@ export class JobLife {
   events = 0;
   /** Orders changes across lives (set by the book): the latest change has the highest. */
   lastChange = 0;
+  /** While it waits: how many jobs the server runs before it (from the latest queue read). */
+  ahead?: number;
   /** The result, once ended. */
   result?: JobResult;
   private ending?: { result: JobResult; reads: number };
@@ -190,6 +193,7 @@ export class JobLife {
         this.startEpoch = event.epoch;
         this.gap = false;
         this.state = 'running';
+        this.ahead = undefined;
         break;
       case 'executing': {
         const node = data.node;
@@ -311,7 +315,25 @@ export class JobLife {
     if (this.state === phase) return;
     const previous = this.state;
     this.state = phase;
+    if (phase === 'running') this.ahead = undefined;
     this.host.changed(this, previous);
+  }
+
+  /**
+   * A queue read placed the waiting job: `ahead` jobs run before it; `etaS` estimates its wait in seconds (from
+   * the server's recent run times), when it can be told.
+   */
+  onPlaced(ahead: number, etaS?: number): void {
+    if (this.isOver || this.state === 'running' || this.ahead === ahead) return;
+    const previous = this.state;
+    this.ahead = ahead;
+    this.known = true;
+    this.state = 'pending';
+    this.host.changed(this, previous);
+    if (this.wantsProgress) {
+      const payload = etaS === undefined ? { ahead } : { ahead, eta_s: etaS };
+      this.host.progress(this, { topic: 'queue', payload, prompt_id: this.promptId });
+    }
   }
 
   /** This config node cancelled the job. Taken out of the queue: it will never run. Otherwise the server says. */

@@ -20,7 +20,7 @@
 import type { HttpClient } from '../../http/client';
 import { ServiceError } from '../../http/errors';
 import { setOwn, type JobOutputs } from './job-outputs';
-import { promptIdsOf } from '../transfer/rest-client';
+import { promptIdOfQueueElement, promptIdsOf } from '../transfer/rest-client';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
 
 export interface ExecutionError {
@@ -52,8 +52,36 @@ export type LookupAnswer =
   | { kind: 'unknown' }
   | Unreadable;
 
-/** The jobs a queue read found waiting and running, or why the queue could not be read. */
-export type QueueRead = { kind: 'read'; running: Set<string>; pending: Set<string> } | Unreadable;
+/**
+ * The jobs a queue read found waiting and running, and for each waiting job how many jobs are ahead of it (the
+ * running ones, then the waiting ones the server runs first: lower queue numbers); or why it could not be read.
+ */
+export type QueueRead =
+  { kind: 'read'; running: Set<string>; pending: Set<string>; ahead: Map<string, number> } | Unreadable;
+
+/** A waiting job's place: its id and its queue number (ComfyUI's `priority`, the first item of a queue entry). */
+interface Waiting {
+  id: string;
+  number: number;
+}
+
+/** The read, with each waiting job's count of jobs ahead of it (the running ones, then lower numbers). */
+function readOf(running: Set<string>, waiting: Waiting[]): QueueRead {
+  const ordered = [...waiting].sort((a, b) => a.number - b.number);
+  const ahead = new Map<string, number>();
+  ordered.forEach((job, index) => ahead.set(job.id, running.size + index));
+  return { kind: 'read', running, pending: new Set(waiting.map((job) => job.id)), ahead };
+}
+
+/** A queue entry's number (`[number, id, ...]`, or `{number}` / `{priority}`); its order in the list otherwise. */
+function numberOf(element: unknown, index: number): number {
+  const value = Array.isArray(element)
+    ? element[0]
+    : element && typeof element === 'object'
+      ? ((element as Record<string, unknown>).number ?? (element as Record<string, unknown>).priority)
+      : undefined;
+  return typeof value === 'number' && Number.isFinite(value) ? value : index;
+}
 
 /** What an ended job's routes hold: its outputs and error, none (no route has the job), or unreadable. */
 export type EndedAnswer =
@@ -82,6 +110,8 @@ export interface JobLookupOptions {
 /** The list of waiting and running jobs, as self-hosted servers serve it since ComfyUI 0.8. */
 const ACTIVE_JOBS_PATH = '/api/jobs?status=pending,in_progress';
 const ACTIVE_STATUSES: Record<string, 'pending' | 'running'> = { pending: 'pending', in_progress: 'running' };
+/** The latest ended jobs, whose run times estimate a waiting job's wait. */
+const RECENT_JOBS_PATH = '/api/jobs?status=completed&limit=20';
 
 /**
  * The ids in a `/api/jobs` list answer (`{jobs: [{id, status, ...}], pagination: {has_more, ...}}`) when it is
@@ -91,15 +121,17 @@ const ACTIVE_STATUSES: Record<string, 'pending' | 'running'> = { pending: 'pendi
 function activeIdsOf(body: unknown): QueueRead | undefined {
   if (!isRecord(body) || !Array.isArray(body.jobs) || !isRecord(body.pagination)) return undefined;
   if (body.pagination.has_more !== false) return undefined;
-  const read = { kind: 'read' as const, running: new Set<string>(), pending: new Set<string>() };
-  for (const job of body.jobs) {
+  const running = new Set<string>();
+  const waiting: Waiting[] = [];
+  for (const [index, job] of body.jobs.entries()) {
     if (!isRecord(job) || typeof job.id !== 'string' || job.id === '' || typeof job.status !== 'string')
       return undefined;
     const list = Object.hasOwn(ACTIVE_STATUSES, job.status) ? ACTIVE_STATUSES[job.status] : undefined;
     if (!list) return undefined;
-    read[list].add(job.id);
+    if (list === 'running') running.add(job.id);
+    else waiting.push({ id: job.id, number: numberOf(job, -index) });
   }
-  return read;
+  return readOf(running, waiting);
 }
 
 /** The error fields of an `execution_error` event (or of a body that carries one). */
@@ -322,11 +354,40 @@ export class JobLookup {
     const { queue_running: running, queue_pending: pending } = queue.body;
     if (!Array.isArray(running) && !Array.isArray(pending))
       return { kind: 'unreadable', reason: 'failed', message: 'the queue answer has no queue in it' };
-    return {
-      kind: 'read',
-      running: new Set(promptIdsOf(running)),
-      pending: new Set(promptIdsOf(pending)),
-    };
+    const waiting: Waiting[] = Array.isArray(pending)
+      ? pending.flatMap((element, index) => {
+          const id = promptIdOfQueueElement(element);
+          return id === undefined ? [] : [{ id, number: numberOf(element, index) }];
+        })
+      : [];
+    return readOf(new Set(promptIdsOf(running)), waiting);
+  }
+
+  /**
+   * How long a job runs here, by the median of the latest ended jobs' run times in the server's list
+   * (`execution_start_time` to `execution_end_time`, ComfyUI 0.8 and later); undefined where the server gives no
+   * list or no times. For an estimate of a waiting job's wait.
+   */
+  async runTimeMs(signal?: AbortSignal): Promise<number | undefined> {
+    if (this.absent.has('jobs_list')) return undefined;
+    let answer: { status: number; body: unknown };
+    try {
+      answer = await this.http.json<unknown>(RECENT_JOBS_PATH, {
+        acceptStatus: [400, 404, 405],
+        signal,
+        action: 'reading recent run times',
+      });
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      return undefined;
+    }
+    const jobs = answer.status < 300 && isRecord(answer.body) ? answer.body.jobs : undefined;
+    if (!Array.isArray(jobs)) return undefined;
+    const times = jobs
+      .map((job) => (isRecord(job) ? Number(job.execution_end_time) - Number(job.execution_start_time) : NaN))
+      .filter((ms) => Number.isFinite(ms) && ms >= 0)
+      .sort((a, b) => a - b);
+    return times.length > 0 ? times[Math.floor(times.length / 2)] : undefined;
   }
 
   /**

@@ -57,6 +57,8 @@ export interface TrackerSummary {
   running: number;
   /** The running job that changed last (its node and step make the status text). */
   latestRunning?: JobView;
+  /** Of the waiting jobs whose place is known, the fewest jobs ahead of one. */
+  nearestAhead?: number;
 }
 
 /** The longest a Node.js timer waits (2^31 - 1 ms, about 24.8 days); a longer one would fire at once. */
@@ -97,6 +99,11 @@ class Await implements JobAwait, JobView {
     return this.life?.lastChange ?? 0;
   }
 
+  /** While its job waits: how many jobs run before it, when a queue read told. */
+  get ahead(): number | undefined {
+    return this.phase === 'pending' ? this.life?.ahead : undefined;
+  }
+
   onChange(life: JobLife, previous: LifeState): void {
     this.life = life;
     this.tracker.changed(this, previous);
@@ -117,6 +124,8 @@ export class JobTracker {
   /** Awaits whose job runs now, and the one that changed last: a node's status in constant time. */
   private readonly running = new Set<Await>();
   private latestRunning?: Await;
+  /** The waiting await with the fewest jobs ahead; undefined when it must be looked for again. */
+  private nearest?: Await;
   private readonly options: JobTrackerOptions & { previewsPerSecond: number };
   private deregister?: () => void;
   private closed = false;
@@ -145,7 +154,21 @@ export class JobTracker {
         if (!this.latestRunning || job.lastChange > this.latestRunning.lastChange) this.latestRunning = job;
       }
     }
-    return { jobs: this.awaits.size, running: this.running.size, latestRunning: this.latestRunning };
+    // Looked for only when no job runs (the status shows a running one first) and the nearest is not known.
+    if (this.running.size === 0 && this.nearest?.ahead === undefined) {
+      this.nearest = undefined;
+      for (const job of this.awaits) {
+        const ahead = job.ahead;
+        if (ahead !== undefined && (this.nearest === undefined || ahead < (this.nearest.ahead as number)))
+          this.nearest = job;
+      }
+    }
+    return {
+      jobs: this.awaits.size,
+      running: this.running.size,
+      latestRunning: this.latestRunning,
+      nearestAhead: this.nearest?.ahead,
+    };
   }
 
   get size(): number {
@@ -203,6 +226,10 @@ export class JobTracker {
   /** An await's job changed state, node or step. */
   changed(job: Await, previous: LifeState): void {
     if (!this.awaits.has(job)) return;
+    const ahead = job.ahead;
+    if (ahead !== undefined && (this.nearest?.ahead === undefined || ahead <= this.nearest.ahead))
+      this.nearest = job;
+    else if (job === this.nearest) this.nearest = undefined;
     if (job.phase === 'running') {
       this.running.add(job);
       this.latestRunning = job;
@@ -262,6 +289,7 @@ export class JobTracker {
     this.awaits.delete(job);
     this.running.delete(job);
     if (this.latestRunning === job) this.latestRunning = undefined;
+    if (this.nearest === job) this.nearest = undefined;
   }
 
   private notify(): void {
