@@ -1,0 +1,219 @@
+'use strict';
+// Awaits that outlive Node-RED (await-job's "resume after a restart") against the sandbox, and what they keep:
+// the journal on disk, the msg as kept, a node removed from the flows. test/real/resume.real.js stops and kills
+// a real Node-RED process against the real servers.
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const helper = require('node-red-node-test-helper');
+const { startSandbox } = require('../dist/sandbox');
+const { Journal } = require('../dist/persist/journal');
+const { keptMessage, restoredMessage, KEPT_BUFFER_BYTES } = require('../dist/generation/jobs/kept-awaits');
+const {
+  workflow,
+  sleep,
+  until,
+  fileNames,
+  awaitFlow,
+  collect,
+  withFastSockets,
+} = require('./socket-support');
+const { coreNode } = require('./support/node-red');
+
+const configNode = require('../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const catchNode = coreNode('common/25-catch.js');
+const NODES = [configNode, awaitNode, catchNode];
+
+describe('awaits that outlive Node-RED', () => {
+  describe('the journal', () => {
+    let folder;
+    beforeEach(() => (folder = fs.mkdtempSync(path.join(os.tmpdir(), 'graph-gen-journal-'))));
+    afterEach(() => fs.rmSync(folder, { recursive: true, force: true }));
+
+    it('keeps sets and deletes across a reopen, a change a line, a burst in a few writes', async () => {
+      const file = path.join(folder, 'j.jsonl');
+      const journal = await Journal.open(file);
+      for (let n = 0; n < 1000; n++) journal.set(`k${n}`, { n });
+      journal.delete('k0');
+      await journal.close();
+      assert.ok(journal.writes <= 3, `${journal.writes} writes for 1,001 changes in one turn`);
+      const again = await Journal.open(file);
+      assert.equal(again.size, 999);
+      assert.deepEqual(again.get('k999'), { n: 999 });
+      assert.equal(again.get('k0'), undefined);
+    });
+
+    it('a line cut short by a kill is skipped, and the next write leaves the file whole', async () => {
+      const file = path.join(folder, 'j.jsonl');
+      fs.writeFileSync(file, '{"k":"a","v":1}\n{"k":"b","v":2}\n{"k":"c","v');
+      const journal = await Journal.open(file);
+      assert.deepEqual(journal.entries(), [
+        ['a', 1],
+        ['b', 2],
+      ]);
+      journal.set('d', 4);
+      await journal.close();
+      assert.deepEqual((await Journal.open(file)).entries(), [
+        ['a', 1],
+        ['b', 2],
+        ['d', 4],
+      ]);
+    });
+
+    it('is rewritten with the kept state once deletes outweigh it, and removed by destroy', async () => {
+      const file = path.join(folder, 'j.jsonl');
+      const journal = await Journal.open(file);
+      for (let round = 0; round < 3; round++) {
+        for (let n = 0; n < 1000; n++) journal.set(`k${n}`, n);
+        await journal.flush();
+        for (let n = 0; n < 1000; n++) journal.delete(`k${n}`);
+        await journal.flush();
+      }
+      journal.set('last', 1);
+      await journal.flush();
+      assert.ok(
+        fs.readFileSync(file, 'utf8').split('\n').length < 3000,
+        'the history does not grow without end',
+      );
+      await journal.destroy();
+      assert.equal(fs.existsSync(file), false);
+    });
+  });
+
+  describe('the msg as kept', () => {
+    it('keeps what JSON can hold and Buffers up to 1 MiB; leaves out req/res, larger Buffers and what JSON cannot hold', () => {
+      const loop = { name: 'loop' };
+      loop.self = loop;
+      const msg = {
+        _msgid: 'm1',
+        topic: 'fox',
+        mine: { list: [1, 2, { small: Buffer.from('hi') }] },
+        image: Buffer.alloc(16, 7),
+        big: Buffer.alloc(KEPT_BUFFER_BYTES + 1),
+        req: { socket: {} },
+        res: { end() {} },
+        loop,
+        count: 10n,
+        fn: () => 1,
+      };
+      const { msg: kept, omitted } = keptMessage(msg);
+      assert.deepEqual(omitted.sort(), ['big', 'count', 'fn', 'loop', 'req', 'res']);
+      const restored = restoredMessage(JSON.parse(JSON.stringify(kept)));
+      assert.deepEqual(restored, {
+        _msgid: 'm1',
+        topic: 'fox',
+        mine: { list: [1, 2, { small: Buffer.from('hi') }] },
+        image: Buffer.alloc(16, 7),
+      });
+      assert.ok(Buffer.isBuffer(restored.image));
+    });
+  });
+
+  describe('the await-job node', () => {
+    const open = withFastSockets();
+    let sandbox;
+    before(async () => helper.startServer());
+    after(async () => helper.stopServer());
+    beforeEach(async () => {
+      sandbox = await startSandbox({ events: { autoRun: false, stepDelayMs: 1 } });
+      open.push(sandbox);
+    });
+    afterEach(async () => helper.unload());
+
+    const userDir = () => helper._settings?.userDir ?? helper._RED.settings.userDir;
+    const keptFile = () => path.join(userDir(), 'graph-gen', 'await-job-await.jsonl');
+    const load = (props = {}, extra = []) =>
+      helper.load(NODES, awaitFlow(sandbox, props, extra), { cfg: {} });
+
+    it('a job awaited when the flows stopped is awaited again when they start: sent once, its msg kept, msg.resumed', async () => {
+      await load();
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      helper.getNode('await').receive({
+        prompt_id: job.id,
+        topic: 'fox',
+        mine: 42,
+        image: Buffer.from('small'),
+        big: Buffer.alloc(KEPT_BUFFER_BYTES + 10),
+      });
+      await until(() => fs.existsSync(keptFile()), 'the await to be kept');
+      // A restart: the flows stop (the await ends with nothing sent) and start again.
+      await helper.unload();
+      await load();
+      const done = collect('done');
+      sandbox.events.run(job.id);
+      const msg = await done.next(1, 5000);
+      assert.equal(msg.resumed, true);
+      assert.equal(msg.payload.status, 'completed');
+      assert.deepEqual(fileNames(msg.payload.outputs), fileNames(job.outputs));
+      assert.equal(msg.topic, 'fox');
+      assert.equal(msg.mine, 42);
+      assert.ok(Buffer.isBuffer(msg.image) && msg.image.toString() === 'small');
+      assert.equal(msg.big, undefined, 'a Buffer over 1 MiB is not kept');
+      await sleep(300);
+      assert.equal(done.received.length, 1, 'sent once');
+      // Sent, then forgotten: a further restart sends nothing.
+      await helper.unload();
+      await load();
+      await sleep(500);
+      assert.equal(collect('done').received.length, 0);
+    });
+
+    it('a job that ended while the flows were stopped is read from the server at the start', async () => {
+      await load();
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      helper.getNode('await').receive({ prompt_id: job.id });
+      await until(() => fs.existsSync(keptFile()), 'the await to be kept');
+      await helper.unload();
+      sandbox.events.run(job.id);
+      await until(() => job.state === 'completed', 'the job to end');
+      await load();
+      const msg = await collect('done').next(1, 5000);
+      assert.equal(msg.resumed, true);
+      assert.deepEqual(fileNames(msg.payload.outputs), fileNames(job.outputs));
+    });
+
+    it('a time limit that ran out while the flows were stopped ends the await at once, on output 2', async () => {
+      await load({ timeout: '1' });
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      helper.getNode('await').receive({ prompt_id: job.id });
+      await until(() => fs.existsSync(keptFile()), 'the await to be kept');
+      await helper.unload();
+      await sleep(1100);
+      await load({ timeout: '1' });
+      const msg = await collect('failed').next(1, 3000);
+      assert.equal(msg.payload.status, 'timeout');
+      assert.equal(msg.resumed, true);
+    });
+
+    it('resume off: nothing is kept, and nothing is awaited again', async () => {
+      await load({ resume: false });
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      helper.getNode('await').receive({ prompt_id: job.id });
+      await sleep(300);
+      assert.equal(fs.existsSync(keptFile()), false);
+      await helper.unload();
+      await load({ resume: false });
+      sandbox.events.run(job.id);
+      await sleep(800);
+      assert.equal(collect('done').received.length, 0);
+    });
+
+    it('a node removed from the flows drops what it kept; one gone while Node-RED was down too', async () => {
+      await load();
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      helper.getNode('await').receive({ prompt_id: job.id });
+      await until(() => fs.existsSync(keptFile()), 'the await to be kept');
+      // Deleted (or disabled) and deployed: Node-RED closes it with `removed`.
+      await new Promise((resolve) => helper.getNode('await').close(true).then(resolve));
+      assert.equal(fs.existsSync(keptFile()), false);
+      // A journal of a node that is no longer in the flows (removed while Node-RED was down) goes at the next start.
+      const orphan = path.join(userDir(), 'graph-gen', 'await-job-gone.jsonl');
+      fs.writeFileSync(orphan, `${JSON.stringify({ k: `${job.id}#x`, v: { config: 'cfg', msg: {} } })}\n`);
+      await helper.unload();
+      await load();
+      await until(() => !fs.existsSync(orphan), 'the orphan journal to go');
+    });
+  });
+});
