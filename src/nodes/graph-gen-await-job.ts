@@ -9,6 +9,7 @@ import { invalidInput } from '../http/errors';
 import { JobTracker, type JobProgress, type JobResult } from '../generation/jobs/job-tracker';
 import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
 import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
+import { editorPicture } from './editor-picture';
 import type graphGenConfig from './graph-gen-config';
 
 interface AwaitJobDef extends NodeDef {
@@ -22,6 +23,8 @@ interface AwaitJobDef extends NodeDef {
   filesFrom?: 'all' | 'saved' | 'nodes';
   /** For `nodes`: node ids or titles, separated by commas. */
   fileNodes?: string;
+  /** Show the last output image under the node in the editor (editor-picture.ts). */
+  picture?: boolean;
 }
 
 type Send = (msg: Array<NodeMessage | null>) => void;
@@ -55,6 +58,7 @@ export = function (RED: NodeAPI): void {
     let lastOutcome: NodeStatus = {};
     let statusTimer: NodeJS.Timeout | undefined;
     let closing = false;
+    const picture = editorPicture(RED, node, def.picture === true);
 
     // A config whose settings make no connection says why; a missing config, to pick one.
     const noConfig = config?.settingsError ? text('status.bad-config') : text('status.no-config');
@@ -109,6 +113,7 @@ export = function (RED: NodeAPI): void {
       if (result.status === 'completed') {
         lastOutcome = statusOk(text('status.done'));
         send([msg, null, null]);
+        if (config?.connection) picture?.showLastImage(config.connection, result.files);
       } else {
         const reason =
           result.status === 'failed'
@@ -173,6 +178,7 @@ export = function (RED: NodeAPI): void {
       closing = true;
       clearTimeout(statusTimer);
       tracker?.close();
+      picture?.close();
       done();
     });
   }
