@@ -65,7 +65,19 @@ describe('editor: the picture under an await-job or download node', function () 
     configId = await editor.addGenerationConfig(page, 'picture server', ctx.sandboxUrl, ctx.keys.generation);
   });
 
+  // The stack's Node-RED is shared by every browser test file: what this file deployed goes again.
   after(async () => {
+    if (page && configId) {
+      await editor.dismissAll(page);
+      await page.evaluate((config) => {
+        const ours = RED.nodes.filterNodes({}).filter((node) => /^pic[01]/.test(node.id));
+        for (const node of ours) RED.nodes.remove(node.id);
+        RED.nodes.remove(config);
+        RED.nodes.dirty(true);
+        RED.view.redraw(true);
+      }, configId);
+      await editor.deploy(page);
+    }
     await page?.close();
   });
 
