@@ -417,7 +417,7 @@ function startSandboxProcess({
   });
 }
 
-/** Starts Node-RED on a prepared user dir; resolves once its admin API answers. */
+/** Starts Node-RED on a prepared user dir; resolves once its admin API answers (signed in or not). */
 function startNodeRed({ userDir, port, env = {}, stdio = 'inherit', onOutput, timeoutMs = 60000 }) {
   const child = spawn(process.execPath, [nodeRedScript(), '--userDir', userDir, '--port', String(port)], {
     cwd: userDir,
@@ -447,7 +447,8 @@ function startNodeRed({ userDir, port, env = {}, stdio = 'inherit', onOutput, ti
       if (exited) return;
       const request = http.get(`${url}settings`, { headers: { accept: 'application/json' } }, (response) => {
         response.resume();
-        if (response.statusCode === 200) resolve({ child, url });
+        // 401: adminAuth is set, and the admin API answers all the same.
+        if (response.statusCode === 200 || response.statusCode === 401) resolve({ child, url });
         else retry();
       });
       request.on('error', retry);

@@ -11,6 +11,7 @@ import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
 import { fitsTimer } from '../timers';
 import { KeptAwaits } from './await-resume';
 import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
+import { editorPicture } from './editor-picture';
 import type graphGenConfig from './graph-gen-config';
 
 interface AwaitJobDef extends NodeDef {
@@ -26,6 +27,8 @@ interface AwaitJobDef extends NodeDef {
   fileNodes?: string;
   /** Awaits go on after Node-RED restarts (absent on nodes saved before the setting: on). */
   resume?: boolean;
+  /** Show the last output image under the node in the editor (editor-picture.ts). */
+  picture?: boolean;
 }
 
 type Send = (msg: Array<NodeMessage | null>) => void;
@@ -63,6 +66,7 @@ export = function (RED: NodeAPI): void {
     let lastOutcome: NodeStatus = {};
     let statusTimer: NodeJS.Timeout | undefined;
     let closing = false;
+    const picture = editorPicture(RED, node, def.picture === true);
 
     // A config whose settings make no connection says why; a missing config, to pick one.
     const noConfig = config?.settingsError ? text('status.bad-config') : text('status.no-config');
@@ -119,6 +123,7 @@ export = function (RED: NodeAPI): void {
       if (result.status === 'completed') {
         lastOutcome = statusOk(text('status.done'));
         send([msg, null, null]);
+        if (config?.connection) picture?.showLastImage(config.connection, result.files);
       } else {
         const reason =
           result.status === 'failed'
@@ -242,6 +247,7 @@ export = function (RED: NodeAPI): void {
       clearTimeout(statusTimer);
       // Ends the awaits with no result: they stay kept for the next start, unless the node is gone for good.
       tracker?.close();
+      picture?.close();
       void keptReady
         .then(() => (removed ? kept?.destroy() : kept?.close()))
         .catch(() => undefined)

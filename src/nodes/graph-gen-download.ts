@@ -20,6 +20,7 @@ import {
   statusWaiting,
   statusOk,
 } from './node-helpers';
+import { editorPicture } from './editor-picture';
 
 interface DownloadDef extends NodeDef {
   server: string;
@@ -29,6 +30,8 @@ interface DownloadDef extends NodeDef {
   overwrite?: boolean;
   /** Buffer mode: the largest file held in memory, in MiB (absent on older nodes: the default). */
   bufferLimit?: number | string;
+  /** Show the last image downloaded under the node in the editor (editor-picture.ts). */
+  picture?: boolean;
 }
 
 type DownloadMessage = NodeMessageInFlow & {
@@ -52,6 +55,7 @@ export = function (RED: NodeAPI) {
       def.bufferLimit !== '' && def.bufferLimit !== undefined && Number.isFinite(limitMiB) && limitMiB > 0
         ? Math.round(limitMiB * MIB)
         : DEFAULT_BUFFER_LIMIT;
+    const picture = editorPicture(RED, node, def.picture === true);
 
     async function directoryFor(msg: DownloadMessage): Promise<string> {
       const value =
@@ -88,10 +92,13 @@ export = function (RED: NodeAPI) {
           const saved = await downloadToDirectory(rest, ref, directory, def.overwrite === true, signal);
           out.payload = saved.path;
           out.contentType = saved.contentType;
+          // File mode reads the saved file back (only its first bytes unless it is an image, bounded).
+          picture?.showFile(saved.path);
         } else {
           const file = await downloadToBuffer(rest, ref, bufferLimit, signal);
           out.payload = file.payload;
           out.contentType = file.contentType;
+          picture?.showBytes(file.payload);
         }
         out.filename = ref.filename;
         out.file = ref;
@@ -107,6 +114,7 @@ export = function (RED: NodeAPI) {
     }
 
     handleMessages<DownloadMessage>(node, handle, status);
+    node.on('close', () => picture?.close());
   }
 
   RED.nodes.registerType('graph-gen-download', GraphGenDownload);

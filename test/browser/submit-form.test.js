@@ -61,22 +61,6 @@ const FORM = '#graph-gen-submit-form';
 const section = (id) => `${FORM} .graph-gen-submit-section[data-node="${id}"]`;
 const row = (id, input) => `${section(id)} .graph-gen-submit-input[data-input="${input}"]`;
 
-/** Adds a config node through its dialog (typed address and key, not deployed); returns its id. */
-async function addConfig(page, name, baseUrl, apiKey) {
-  await editor.openConfigDialog(page, 'graph-gen-config');
-  await editor.setField(page, 'node-config-input-name', name);
-  await editor.setField(page, 'node-config-input-baseUrl', baseUrl);
-  await editor.setField(page, 'node-config-input-apiKey', apiKey);
-  await editor.closeDialog(page, 'node-config-dialog-ok');
-  return page.evaluate((label) => {
-    let id;
-    RED.nodes.eachConfig((config) => {
-      if (config.type === 'graph-gen-config' && config.name === label) id = config.id;
-    });
-    return id;
-  }, name);
-}
-
 /** Waits until the dialog has the server's answer about its node definitions; returns the sentence. */
 async function definitionsSentence(page) {
   const sentence = page.locator('#graph-gen-submit-definitions');
@@ -113,7 +97,7 @@ describe('submit dialog: the workflow as a form with the server’s choices', fu
   });
 
   it('shows a loaded workflow as a form: one section per node by title, value inputs with the server’s widgets (config not yet deployed)', async () => {
-    configId = await addConfig(page, 'form server', ctx.sandboxUrl, ctx.keys.generation);
+    configId = await editor.addGenerationConfig(page, 'form server', ctx.sandboxUrl, ctx.keys.generation);
     submitId = await editor.dropFromPalette(page, 'graph-gen-submit');
     await editor.openNodeDialog(page, submitId);
     await editor.setField(page, 'node-input-server', configId);
@@ -317,7 +301,12 @@ describe('submit dialog: the workflow as a form with the server’s choices', fu
   });
 
   it('says in a sentence when the server cannot be reached, and the form still works from the values', async () => {
-    const unreachable = await addConfig(page, 'closed server', 'http://127.0.0.1:9', 'any-key');
+    const unreachable = await editor.addGenerationConfig(
+      page,
+      'closed server',
+      'http://127.0.0.1:9',
+      'any-key',
+    );
     const id = await editor.dropFromPalette(page, 'graph-gen-submit');
     await editor.openNodeDialog(page, id);
     await editor.setField(page, 'node-input-server', unreachable);

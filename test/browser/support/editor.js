@@ -33,6 +33,22 @@ async function openConfigDialog(page, type, id) {
   await waitForTray(page, 'node-config-dialog-ok');
 }
 
+/** Adds a graph-gen-config node through its dialog (typed address and key, not deployed); returns its id. */
+async function addGenerationConfig(page, name, baseUrl, apiKey) {
+  await openConfigDialog(page, 'graph-gen-config');
+  await setField(page, 'node-config-input-name', name);
+  await setField(page, 'node-config-input-baseUrl', baseUrl);
+  await setField(page, 'node-config-input-apiKey', apiKey);
+  await closeDialog(page, 'node-config-dialog-ok');
+  return page.evaluate((label) => {
+    let id;
+    RED.nodes.eachConfig((config) => {
+      if (config.type === 'graph-gen-config' && config.name === label) id = config.id;
+    });
+    return id;
+  }, name);
+}
+
 /** Drags the type's palette entry onto the workspace, as a user does; returns the new node's id. */
 async function dropFromPalette(page, type) {
   const before = await page.evaluate((name) => RED.nodes.filterNodes({ type: name }).map((n) => n.id), type);
@@ -206,6 +222,7 @@ module.exports = {
   waitForEditor,
   typeRegistered,
   openConfigDialog,
+  addGenerationConfig,
   dropFromPalette,
   openNodeDialog,
   assertLabelsTranslated,
