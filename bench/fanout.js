@@ -285,10 +285,7 @@ async function runOurs(child, jobs) {
   const tracker = new JobTracker(connection, { progress: PROGRESS });
   if (!(await sockets.ready(5000))) throw new Error('the socket did not open');
   // Submitted as the submit node does, then awaited as the await-job node does.
-  const ids = await submitAll(
-    jobs,
-    async () => (await connection.submit(WORKFLOW)).prompt_id,
-  );
+  const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
   const before = await child.call('stats');
   const latencies = [];
   let completed = 0;
@@ -347,10 +344,7 @@ async function heapPerJob(child, jobs) {
   const connection = new GenerationConnection({ baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' });
   const tracker = new JobTracker(connection, {});
   await connection.sockets().ready(5000);
-  const ids = await submitAll(
-    jobs,
-    async () => (await connection.submit(WORKFLOW)).prompt_id,
-  );
+  const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
   // Warm the paths once so the measurement holds jobs, not code.
   const warm = tracker.track(ids[0]);
   await new Promise((resolve) => setTimeout(resolve, 500));
