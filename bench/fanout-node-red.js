@@ -44,13 +44,15 @@ module.exports.functionGlobalContext = {
     // BENCH_PROFILE_DIR set: a CPU profile of Node-RED per measured round (from the run to the last result).
     profiler: process.env.BENCH_PROFILE_DIR ? profiler(process.env.BENCH_PROFILE_DIR) : undefined,
     progress: 0,
+    // What the await-job nodes' journals wrote (resume after a restart).
+    journal: () => ({ ...require(process.env.GRAPH_GEN_DIST + '/persist/journal').Journal.written }),
   },
 };
 module.exports.logging = { console: { level: 'warn', metrics: false, audit: false } };
 `;
 
 /** The flow: start (fan out) -> submit -> await-job -> record; results and reset over HTTP. */
-function benchFlow(serviceUrl, key, { progress }) {
+function benchFlow(serviceUrl, key, { progress, resume }) {
   const tab = 'bench-tab';
   const http = (id, method, url, wires) => ({ id, type: 'http in', z: tab, method, url, wires: [wires] });
   return [
@@ -85,6 +87,7 @@ return [null, { req: msg.req, res: msg.res, payload: { accepted: count } }];`,
       z: tab,
       server: 'bench-config',
       progress,
+      resume,
       previewRate: 2,
       wires: [['bench-record'], ['bench-failed'], progress ? ['bench-progress'] : []],
     },
@@ -129,6 +132,7 @@ msg.payload = {
   progress: bench.progress,
   cpu: bench.cpu(),
   gc: { ...bench.gc },
+  journal: bench.journal(),
   times: full ? Object.fromEntries(bench.ended) : undefined,
 };
 if (msg.req.query.reset === '1') {
@@ -160,18 +164,25 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
   const port = await freePort();
   prepareUserDir(userDir, { port, flows: 'none' });
   fs.appendFileSync(path.join(userDir, 'settings.js'), BENCH_GLOBALS);
-  const { child, url } = await startNodeRed({ userDir, port, stdio: ['ignore', 'inherit', 'inherit'] });
+  const { child, url } = await startNodeRed({
+    userDir,
+    port,
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { GRAPH_GEN_DIST: path.join(__dirname, '..', 'dist') },
+  });
   const base = url.replace(/\/$/, '');
-  const flow = benchFlow(serviceUrl, key, { progress });
-  /** One round of `jobs` jobs; `sandbox` is the child's IPC `call`. */
-  async function run(sandbox, jobs) {
+  const kept = path.join(userDir, 'graph-gen', 'await-job-bench-await.jsonl');
+  /** One round of `jobs` jobs; `sandbox` is the child's IPC `call`; `resume`: await-job's setting. */
+  async function run(sandbox, jobs, { resume = false } = {}) {
+    const flow = benchFlow(serviceUrl, key, { progress, resume });
     // The flow is deployed for this round only: the cloud-like sandbox sends every event to every socket
     // with the key, so a socket left open would slow the other sides' rounds.
     await call(`${base}/flows`, 'POST', flow);
     // The deploy answers before its HTTP routes are in place.
+    let initial;
     for (let tries = 0; ; tries++) {
       try {
-        await call(`${base}/bench/results?reset=1`);
+        initial = await call(`${base}/bench/results?reset=1`);
         break;
       } catch (error) {
         if (tries > 100) throw error;
@@ -179,6 +190,7 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
       }
     }
     const before = await sandbox('stats');
+    const submittedAt = performance.now();
     await call(`${base}/bench/start`, 'POST', { count: jobs, workflow });
     // Every job submitted and awaited (first status checks answered) before the run starts.
     for (;;) {
@@ -187,6 +199,9 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     await new Promise((resolve) => setTimeout(resolve, 1500));
+    // Every job awaited and kept: the journal at its largest.
+    const keptBytes = fs.existsSync(kept) ? fs.statSync(kept).size : 0;
+    const startedAt = performance.now();
     const start = await call(`${base}/bench/results?profile=start`);
     const started = performance.now();
     await sandbox('runPending');
@@ -207,6 +222,11 @@ async function startFlowBench({ serviceUrl, key, workflow, progress }) {
     }
     const cpu = (end.cpu.user + end.cpu.system - start.cpu.user - start.cpu.system) / 1000;
     return {
+      keptBytes,
+      // While the jobs were submitted and awaited (each kept), and while they ended (each forgotten).
+      journalWritesAwaiting: start.journal.writes - initial.journal.writes,
+      journalWrites: end.journal.writes - start.journal.writes,
+      awaitingMs: startedAt - submittedAt,
       timeMs,
       cpuMs: cpu,
       gc: end.gc,

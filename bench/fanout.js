@@ -8,7 +8,7 @@
 // with the machine's clock) to the moment the result reaches the caller's code: the tracker's onEnd, where
 // the await-job node sends its msg, or the bare client's message handler after parsing.
 //
-//   node bench/fanout.js [1000,5000,10000] [--node-red] [--progress] [--self-hosted]   (build first)
+//   node bench/fanout.js [1000,5000,10000] [--node-red [--resume]] [--progress] [--self-hosted]   (build first)
 //
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
 // sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
@@ -25,6 +25,11 @@ const SIZES = (ARGS.find((arg) => /^\d[\d,]*$/.test(arg)) ?? '1000,5000,10000').
 /** --node-red: also through the nodes in a real Node-RED; --progress: its await-job sends progress msgs too. */
 const NODE_RED = ARGS.includes('--node-red');
 const PROGRESS = ARGS.includes('--progress');
+/**
+ * --resume: the Node-RED side runs twice a round, await-job's "resume after a restart" off and on, in the same
+ * Node-RED process: the cost of keeping every awaited job on disk.
+ */
+const RESUME = ARGS.includes('--resume');
 /**
  * --self-hosted: the sandbox as a self-hosted server (no key, events by client id, and the list of active jobs
  * that status checks read instead of the queue); by default it is cloud-like.
@@ -378,6 +383,7 @@ async function main() {
     baseline: (jobs) => runBaseline(child, jobs),
     ours: (jobs) => runOurs(child, jobs),
     ...(flow ? { nodeRed: (jobs) => flow.run(child.call, jobs) } : {}),
+    ...(flow && RESUME ? { nodeRedResume: (jobs) => flow.run(child.call, jobs, { resume: true }) } : {}),
   };
   // Warm-up of every path (JIT, pools), not measured.
   for (const run of Object.values(sides)) {
@@ -411,12 +417,17 @@ async function main() {
         frames: list[0].frames,
         skippedPerJob: list[0].skippedPerJob,
         progressMsgs: list[0].progressMsgs,
+        keptBytes: median(list.map((run) => run.keptBytes ?? 0)),
+        journalWrites: median(list.map((run) => run.journalWrites ?? 0)),
+        journalWritesAwaiting: median(list.map((run) => run.journalWritesAwaiting ?? 0)),
+        awaitingMs: median(list.map((run) => run.awaitingMs ?? 0)),
       };
     report.push({
       jobs,
       baseline: summary(runs.baseline),
       ours: summary(runs.ours),
       nodeRed: summary(runs.nodeRed),
+      nodeRedResume: summary(runs.nodeRedResume),
     });
   }
   const heapJobs = SIZES.at(-1);
@@ -426,7 +437,7 @@ async function main() {
 
   const ratio = (value, base) => `x${(value / base).toFixed(2)}`;
   const rows = [];
-  for (const { jobs, baseline, ours, nodeRed } of report) {
+  for (const { jobs, baseline, ours, nodeRed, nodeRedResume } of report) {
     const cells = (pick, format) => [
       format(pick(baseline)),
       format(pick(ours)),
@@ -497,6 +508,39 @@ async function main() {
     );
     if (nodeRed?.progressMsgs)
       rows.push(['  progress msgs per job', '', '', (nodeRed.progressMsgs / jobs).toFixed(1), '']);
+    if (nodeRedResume) {
+      const perSecond = (writes, ms) => (ms > 0 ? ((writes * 1000) / ms).toFixed(0) : '-');
+      rows.push(
+        [
+          '  Node-RED, resume on: p50 / p99 (ms)',
+          '',
+          '',
+          `${nodeRedResume.p50.toFixed(2)} / ${nodeRedResume.p99.toFixed(2)}`,
+          `off: ${nodeRed.p50.toFixed(2)} / ${nodeRed.p99.toFixed(2)}`,
+        ],
+        [
+          '  Node-RED, resume on: CPU (ms)',
+          '',
+          '',
+          nodeRedResume.cpuMs.toFixed(0),
+          `${ratio(nodeRedResume.cpuMs, nodeRed.cpuMs)} of resume off (${nodeRed.cpuMs.toFixed(0)}) / target <= x1.1`,
+        ],
+        [
+          '  journal writes: awaiting / ending (per s)',
+          '',
+          '',
+          `${nodeRedResume.journalWritesAwaiting} / ${nodeRedResume.journalWrites}`,
+          `${perSecond(nodeRedResume.journalWritesAwaiting, nodeRedResume.awaitingMs)} / ${perSecond(nodeRedResume.journalWrites, nodeRedResume.timeMs)} a second`,
+        ],
+        [
+          '  kept file at its largest (bytes)',
+          '',
+          '',
+          String(nodeRedResume.keptBytes),
+          `${(nodeRedResume.keptBytes / jobs).toFixed(0)} a job`,
+        ],
+      );
+    }
   }
   rows.push([`heap per awaited job (B), ${heapJobs} jobs`, '-', heap.toFixed(0), '', 'target < 2048']);
   const header = [
@@ -521,7 +565,7 @@ async function main() {
     path.join(
       __dirname,
       'results',
-      `fanout${NODE_RED ? '-node-red' : ''}${PROGRESS ? '-progress' : ''}.json`,
+      `fanout${NODE_RED ? '-node-red' : ''}${PROGRESS ? '-progress' : ''}${RESUME ? '-resume' : ''}.json`,
     ),
     `${JSON.stringify({ date: new Date().toISOString(), node: process.version, report, heapPerJobBytes: heap }, null, 2)}\n`,
   );

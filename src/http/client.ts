@@ -15,6 +15,7 @@ import {
   codeForStatus,
   cutText,
   messageFromBody,
+  SecretSearch,
   removeSecrets,
   type ErrorCode,
 } from './errors';
@@ -149,6 +150,7 @@ export class HttpClient {
   private readonly options: HttpClientOptions;
   /** Every secret this client must never report: the options', the credential's and the transport's. */
   private readonly secrets: string[];
+  private readonly secretSearch: SecretSearch;
   /** Requests whose answer is not read to its end yet, and what waits for none to be left. */
   private inFlight = 0;
   private readonly idleWaiters: Array<() => void> = [];
@@ -162,6 +164,7 @@ export class HttpClient {
       ...(options.credential?.secrets ?? []),
       ...transportSecrets(options.transport),
     ].filter((secret): secret is string => typeof secret === 'string' && secret.length > 0);
+    this.secretSearch = new SecretSearch(this.secrets);
     this.transport = new Transport(options.transport, {
       keepAliveTimeout: 30_000,
       connections: 16,
@@ -276,8 +279,11 @@ export class HttpClient {
       );
     }
     // What the service sends is passed on to msgs: a key it echoes is removed. Looked for in the parsed
-    // value, where a key the service wrote JSON-escaped (`\u002B`, `\/`) is plain again.
-    return { status: response.status, body: this.removeSecrets(body), json: true };
+    // value, where a key the service wrote JSON-escaped (`\u002B`, `\/`) is plain again, whenever the text
+    // holds one or an escape that could hide one; a text with neither is searched only (a 10 MB queue list is
+    // not walked for nothing).
+    const holds = this.secretSearch.mayBeInJson(text);
+    return { status: response.status, body: holds ? this.removeSecrets(body) : body, json: true };
   }
 
   /** A request whose answer is left for the caller to stream (the caller must consume or dump the body). */

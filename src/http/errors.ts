@@ -201,8 +201,7 @@ function mapStrings<T>(value: T, change: (text: string) => string): T {
  * once parsed. Walked without recursion and without copying: a clean value costs one pass.
  */
 export function holdsSecret(value: unknown, secrets: ReadonlyArray<string | undefined>): boolean {
-  const forms = secretForms(secrets);
-  return forms.length > 0 && holdsAnyForm(value, forms);
+  return new SecretSearch(secrets).inValue(value);
 }
 
 /**
@@ -245,6 +244,54 @@ function holdsAnyForm(value: unknown, forms: readonly string[]): boolean {
  * in the forms of `secretForms`. Addresses are left whole (an image address in a workflow is data). A value
  * that holds no secret is returned as it is; otherwise a copy (the value itself is never changed).
  */
+/**
+ * The searches for a set of secrets, their forms worked out once (a socket reads thousands of frames a second):
+ * in a text, in a parsed value, and in the JSON text a value was parsed from.
+ */
+export class SecretSearch {
+  private readonly forms: string[];
+  /** A secret holds a quote, a backslash or a control character: any escape might hide it. */
+  private readonly unusual: boolean;
+
+  constructor(secrets: ReadonlyArray<string | undefined>) {
+    this.forms = secretForms(secrets);
+    this.unusual = secrets.some(
+      (secret) =>
+        typeof secret === 'string' && [...secret].some((char) => char === '"' || char === '\\' || char < ' '),
+    );
+  }
+
+  get none(): boolean {
+    return this.forms.length === 0;
+  }
+
+  /** Whether a text holds a secret in any of its forms. */
+  inText(text: string): boolean {
+    return holdsForm(text, this.forms);
+  }
+
+  /** Whether a parsed value holds a secret (walked; see holdsSecret). */
+  inValue(value: unknown): boolean {
+    return this.forms.length > 0 && holdsAnyForm(value, this.forms);
+  }
+
+  /**
+   * Whether the JSON text a value was parsed from may hold a secret, decided on the text without walking the
+   * value: true when the text holds one in any form, or when it has an escape that could hide one. JSON written
+   * without escapes holds each string as written, so a search of the text is exact there; `\uXXXX` and `\/` can
+   * stand for any character of a key (and `\"`, `\\` or a control character's escape only for a key holding
+   * one). Where this says false, the parsed value holds no secret: a large answer is searched, not walked.
+   */
+  mayBeInJson(text: string): boolean {
+    if (this.forms.length === 0) return false;
+    if (holdsForm(text, this.forms)) return true;
+    return this.unusual ? text.includes('\\') : HIDING_ESCAPE.test(text);
+  }
+}
+
+/** The JSON escapes that can stand for a character of an ordinary key. */
+const HIDING_ESCAPE = /\\(?:u|\/)/;
+
 export function removeSecrets<T>(value: T, secrets: ReadonlyArray<string | undefined>): T {
   const forms = secretForms(secrets);
   if (forms.length === 0 || !holdsAnyForm(value, forms)) return value;

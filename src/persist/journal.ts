@@ -29,6 +29,8 @@ const DEFAULTS = { batchMs: 0, maxBytes: 256 * 1024 * 1024, maxLineBytes: 16 * 1
 const COMPACT_SLACK = 1000;
 
 export class Journal<V> {
+  /** Writes and bytes written by every journal of this process (benchmarks read them). */
+  static readonly written = { writes: 0, bytes: 0 };
   private readonly state = new Map<string, V>();
   private pending: string[] = [];
   private timer?: NodeJS.Timeout;
@@ -134,8 +136,11 @@ export class Journal<V> {
 
   private async appendLines(batch: string[]): Promise<void> {
     await mkdir(path.dirname(this.file), { recursive: true });
-    await appendFile(this.file, `${batch.join('\n')}\n`);
+    const text = `${batch.join('\n')}\n`;
+    await appendFile(this.file, text);
     this.lines += batch.length;
+    Journal.written.writes += 1;
+    Journal.written.bytes += text.length;
   }
 
   /** The kept state only, written beside the file and renamed over it: a kill leaves one or the other whole. */
@@ -144,6 +149,8 @@ export class Journal<V> {
     const temporary = `${this.file}.${process.pid}.tmp`;
     const text = [...this.state].map(([k, v]) => JSON.stringify({ k, v })).join('\n');
     await writeFile(temporary, text ? `${text}\n` : '');
+    Journal.written.writes += 1;
+    Journal.written.bytes += text.length;
     // The data first, then the name: a kill between them leaves the old file.
     const handle = await open(temporary, 'r+');
     await handle.sync().finally(() => handle.close());

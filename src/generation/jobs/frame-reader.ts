@@ -6,7 +6,7 @@
  * await wants them. Never throws: a frame that cannot be read is dropped with a reason. No Node-RED inside.
  */
 import type WebSocket from 'ws';
-import { holdsSecret, removeSecrets } from '../../http/errors';
+import { SecretSearch, removeSecrets } from '../../http/errors';
 import { parseBinaryFrame } from './frames';
 import type { SocketEvent, SocketStats } from './socket-manager';
 
@@ -43,8 +43,8 @@ function queueRemaining(data: Record<string, unknown>): number | undefined {
 export class FrameReader {
   /** The jobs executing now, by their events: prompt-less binary frames belong to the one, if only one. */
   private readonly executing = new Set<string>();
-  /** The secrets as written and URL-encoded, to look for in a frame's text. */
-  private readonly secretForms: string[];
+  /** The secrets in every form they may be written in, to look for in a frame. */
+  private readonly secretSearch: SecretSearch;
 
   constructor(
     private readonly secrets: string[],
@@ -52,7 +52,7 @@ export class FrameReader {
     private readonly stats: SocketStats,
     private readonly sink: FrameSink,
   ) {
-    this.secretForms = [...new Set(secrets.flatMap((secret) => [secret, encodeURIComponent(secret)]))];
+    this.secretSearch = new SecretSearch(secrets);
   }
 
   /** A new connection: nothing is known to execute on it yet. */
@@ -100,14 +100,10 @@ export class FrameReader {
       this.sink.drop('text frame without a type');
       return;
     }
-    // An error message or traceback may echo a key: such an event is passed on without it. A frame without
-    // escapes holds its strings as written, so a string search in the text decoded for JSON.parse decides;
-    // one with escapes (a key written `\u002B` or `\/`) is decided on the parsed value.
-    if (
-      this.secrets.length > 0 &&
-      (this.echoesSecret(text) || (text.includes('\\') && holdsSecret(message, this.secrets)))
-    )
-      message = removeSecrets(message, this.secrets);
+    // An error message or traceback may echo a key: such an event is passed on without it. Searched in the
+    // text decoded for JSON.parse; only a frame with an escape that could hide a key (`\u002B`, `\/`) is
+    // decided on its parsed value.
+    if (this.secretSearch.mayBeInJson(text)) message = removeSecrets(message, this.secrets);
     const { type, data: rawData } = message as { type: string; data?: unknown };
     const data =
       rawData && typeof rawData === 'object' && !Array.isArray(rawData)
@@ -149,11 +145,6 @@ export class FrameReader {
     } else if (TERMINAL_EVENTS.has(type)) this.executing.delete(promptId);
   }
 
-  private echoesSecret(text: string): boolean {
-    for (const form of this.secretForms) if (text.includes(form)) return true;
-    return false;
-  }
-
   private binary(buffer: Buffer): void {
     const parsed = parseBinaryFrame(buffer, this.maxFrameBytes);
     if (!parsed.ok) {
@@ -163,11 +154,12 @@ export class FrameReader {
     }
     // A text frame carries a node's own words, which may echo a key as a text event does: passed on without it.
     // A preview's metadata is JSON the server wrote: decided on its parsed value.
+    const search = this.secretSearch;
     const echoes =
-      this.secrets.length > 0 &&
+      !search.none &&
       (parsed.frame.type === 3
-        ? this.echoesSecret(parsed.frame.nodeId) || this.echoesSecret(parsed.frame.text)
-        : parsed.frame.type === 4 && holdsSecret(parsed.frame.metadata, this.secrets));
+        ? search.inText(parsed.frame.nodeId) || search.inText(parsed.frame.text)
+        : parsed.frame.type === 4 && search.inValue(parsed.frame.metadata));
     const frame = echoes ? removeSecrets(parsed.frame, this.secrets) : parsed.frame;
     const bytes = buffer.length;
     const epoch = this.sink.epoch;
