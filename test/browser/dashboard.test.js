@@ -1,5 +1,5 @@
 'use strict';
-/* global window, document, MutationObserver -- these run inside the dashboard page */
+/* global window, document, getComputedStyle, MutationObserver -- these run inside the dashboard page */
 // The prompt-to-picture dashboard (example 08) as a user drives it: Node-RED prepared the way `npm start`
 // prepares it (every example deployed, the dashboard package put into the user dir), the sandbox in this
 // process (slow enough steps to watch, and its queue held still for the cancel), Chromium on /dashboard.
@@ -14,6 +14,7 @@ const { fileKey } = require('../../dist/sandbox/generation-jobs');
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const DOCS_SCREENSHOT = path.join(__dirname, '..', '..', 'docs', 'dashboard.png');
+const SCREENSHOTS = path.join(__dirname, '..', 'screenshots');
 const DASHBOARD = '@flowfuse/node-red-dashboard';
 const GENERATION_KEY = 'dashboard-generation-key-83';
 const AUTOMATION_KEY = 'dashboard-automation-key-29';
@@ -112,6 +113,44 @@ describe('dashboard example: the prompt-to-picture page in a real browser', func
       logs.some((line) => /Dashboard 2\.0 .* started at \/dashboard/.test(line)),
       'the dashboard did not start',
     );
+  });
+
+  it("draws a typed prompt's first line below the field's label, where the field's fade at the top has ended (1400 × 900)", async () => {
+    await page.goto(`${nodeRed.url}dashboard`);
+    await page.waitForURL(/\/dashboard\/prompt-to-picture$/);
+    const textarea = page.locator(`${field('prompt')} textarea`);
+    await textarea.fill('a red fox in fresh snow, watercolour');
+    const { line, label, fadeEnd } = await page.evaluate((selector) => {
+      const row = document.querySelector(selector);
+      const area = row.querySelector('textarea');
+      const box = area.getBoundingClientRect();
+      const style = getComputedStyle(area);
+      const top = box.top + parseFloat(style.borderTopWidth) + parseFloat(style.paddingTop);
+      const lineHeight = parseFloat(style.lineHeight);
+      // Vuetify fades the top of a textarea (a mask, transparent to opaque) so text scrolled up passes under the
+      // label: where it turns opaque, text is drawn whole.
+      const opaque = /rgb\(0, 0, 0\) ([\d.]+)px/.exec(style.maskImage || style.webkitMaskImage || '');
+      return {
+        // The first line's box, and where its glyphs begin (the font's em box, centred in the line).
+        line: { top, bottom: top + lineHeight, glyphs: top + (lineHeight - parseFloat(style.fontSize)) / 2 },
+        label: row.querySelector('.v-field-label--floating').getBoundingClientRect().toJSON(),
+        fadeEnd: opaque ? box.top + Number(opaque[1]) : box.top,
+      };
+    }, field('prompt'));
+    // For a look: test/screenshots/ (not kept in git).
+    fs.mkdirSync(SCREENSHOTS, { recursive: true });
+    await page
+      .locator('.nrdb-ui-form')
+      .screenshot({ path: path.join(SCREENSHOTS, 'dashboard-prompt-field.png') });
+    assert.ok(
+      line.top >= label.bottom,
+      `the first line (from y ${line.top}) starts under the label (down to y ${label.bottom})`,
+    );
+    assert.ok(
+      line.glyphs >= fadeEnd - 0.5,
+      `the first line's text (from y ${line.glyphs}) is drawn in the fade at the field's top (to y ${fadeEnd})`,
+    );
+    assert.deepStrictEqual(problems, [], 'the dashboard page threw');
   });
 
   it('runs a job from the form: previews change, the progress bar fills, the picture (a PNG) lands in the gallery', async () => {
