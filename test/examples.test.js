@@ -67,15 +67,18 @@ function prepare(name, dir) {
 }
 
 /**
- * The dashboard example (08) without the dashboard: its widgets become helper nodes (same id and name) and its
- * ui-base, pages, groups and theme go; what a browser would send is given to the node a widget feeds.
+ * The dashboard example (08) without the dashboard: its widgets become helper nodes (same id, name and wires) and
+ * its ui-base, pages, groups and theme go; what a browser would send is given to the node a widget feeds, or sent
+ * from the widget's helper.
  */
 function prepareWithoutDashboard(name, dir) {
   const prepared = prepare(name, dir);
   prepared.nodes = prepared.nodes
     .filter((node) => !node.type.startsWith('ui-') || node.z)
     .map((node) =>
-      node.type.startsWith('ui-') ? { id: node.id, z: node.z, type: 'helper', name: node.name } : node,
+      node.type.startsWith('ui-')
+        ? { id: node.id, z: node.z, type: 'helper', name: node.name, wires: node.wires ?? [] }
+        : node,
     );
   return prepared;
 }
@@ -412,5 +415,33 @@ describe('examples: every example flow runs against the sandbox', function () {
     assert.strictEqual(sandbox.jobs.jobs.get(held.id).state, 'cancelled');
     assert.strictEqual(cancels(), 1);
     assert.strictEqual(interrupts(), 0);
+  });
+
+  it("08-prompt-to-picture-page: a visitor's form starts with the form's first size, sent to that visitor's browser only", async () => {
+    const { nodes, credentials } = prepareWithoutDashboard('08-prompt-to-picture-page', dir);
+    await helper.load(NODES, nodes, credentials);
+    const form = byName(nodes, 'helper', 'picture form');
+    const pageView = byName(nodes, 'helper', 'page view');
+    const [firstSize] = examples['08-prompt-to-picture-page'].find(
+      (node) => node.type === 'ui-form',
+    ).dropdownOptions;
+    const seen = silent(form);
+    // Not to every visitor (a msg without _client goes to every open page), and only when a page opens.
+    pageView.send({ topic: '$pageview', payload: { page: { name: 'Prompt to picture' } } });
+    pageView.send({ topic: '$pageleave', payload: {}, _client: { socketId: 'visitor-1' } });
+    const got = orNodeErrors(firstMessage(form, () => true));
+    pageView.send({
+      topic: '$pageview',
+      payload: { page: { name: 'Prompt to picture' }, query: { size: '99999x99999' } },
+      _client: { socketId: 'visitor-2', socketIp: '127.0.0.1' },
+    });
+    const msg = await got;
+    // (As JSON: the function's objects are of another realm.)
+    assert.deepStrictEqual(JSON.parse(JSON.stringify({ payload: msg.payload, _client: msg._client })), {
+      payload: { size: firstSize.value },
+      _client: { socketId: 'visitor-2' },
+    });
+    assert.strictEqual(firstSize.value, '1024x1024');
+    assert.strictEqual(seen.length, 1);
   });
 });

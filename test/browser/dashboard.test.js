@@ -30,13 +30,18 @@ function dataUrlBytes(url) {
 /** A row of the form, by its field's key (the ui-form node marks each row with it). */
 const field = (key) => `.nrdb-ui-form [data-form="form-row-${key}"]`;
 
-/** Fills the form and presses generate. */
+/** The text a widget shows, its white space as one space. */
+const shownText = async (locator) => (await locator.textContent()).replace(/\s+/g, ' ').trim();
+
+/** Fills the form and presses generate; without `size`, the size the form shows is kept. */
 async function generate(page, { prompt, negative, size, newSeed }) {
   await page.locator(`${field('prompt')} textarea`).fill(prompt);
   await page.locator(`${field('negative')} input`).fill(negative);
-  await page.locator(`${field('size')} .v-field`).click();
-  await page.locator('.v-overlay .v-list-item', { hasText: size }).click();
-  await page.locator('.v-overlay .v-list-item').first().waitFor({ state: 'hidden' });
+  if (size !== undefined) {
+    await page.locator(`${field('size')} .v-field`).click();
+    await page.locator('.v-overlay .v-list-item', { hasText: size }).click();
+    await page.locator('.v-overlay .v-list-item').first().waitFor({ state: 'hidden' });
+  }
   const seedSwitch = page.locator(`${field('newSeed')} input[type="checkbox"]`);
   if ((await seedSwitch.isChecked()) !== newSeed) await seedSwitch.click();
   await page.getByRole('button', { name: 'generate' }).click();
@@ -113,6 +118,36 @@ describe('dashboard example: the prompt-to-picture page in a real browser', func
       logs.some((line) => /Dashboard 2\.0 .* started at \/dashboard/.test(line)),
       'the dashboard did not start',
     );
+  });
+
+  it('starts each visitor\'s form with the first size: "generate" is enabled once a prompt is typed, no size picked', async () => {
+    await page.goto(`${nodeRed.url}dashboard`);
+    await page.waitForURL(/\/dashboard\/prompt-to-picture$/);
+    const button = page.getByRole('button', { name: 'generate' });
+    await page
+      .locator(`${field('size')} .v-select__selection`, { hasText: '1024 × 1024 (square)' })
+      .waitFor();
+    await page.locator(`${field('prompt')} textarea`).fill('a quiet harbour at night');
+    await page.locator(`${field('prompt')} textarea`).blur();
+    assert.strictEqual(await button.isEnabled(), true, '"generate" stays disabled with a prompt typed');
+
+    // Another visitor opening the page gets the defaults in their own form: this one's pick stays.
+    await page.locator(`${field('size')} .v-field`).click();
+    await page.locator('.v-overlay .v-list-item', { hasText: '512 × 512' }).click();
+    await page.locator('.v-overlay .v-list-item').first().waitFor({ state: 'hidden' });
+    const other = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      await other.goto(`${nodeRed.url}dashboard`);
+      await other.locator(`${field('size')} .v-select__selection`, { hasText: '1024 × 1024' }).waitFor();
+      await other.getByRole('button', { name: 'generate' }).waitFor();
+    } finally {
+      await other.close();
+    }
+    assert.strictEqual(
+      await shownText(page.locator(`${field('size')} .v-select__selection`)),
+      '512 × 512 (quick)',
+    );
+    assert.deepStrictEqual(problems, [], 'the dashboard page threw');
   });
 
   it("draws a typed prompt's first line below the field's label, where the field's fade at the top has ended (1400 × 900)", async () => {
