@@ -67,18 +67,29 @@ function prepare(name, dir) {
 }
 
 /**
- * The dashboard example (08) without the dashboard: its widgets become helper nodes (same id and name) and its
- * ui-base, pages, groups and theme go; what a browser would send is given to the node a widget feeds.
+ * The dashboard example (08) without the dashboard: its widgets become helper nodes (same id, name and wires) and
+ * its ui-base, pages, groups and theme go; what a browser would send is given to the node a widget feeds, or sent
+ * from the widget's helper.
  */
 function prepareWithoutDashboard(name, dir) {
   const prepared = prepare(name, dir);
   prepared.nodes = prepared.nodes
     .filter((node) => !node.type.startsWith('ui-') || node.z)
     .map((node) =>
-      node.type.startsWith('ui-') ? { id: node.id, z: node.z, type: 'helper', name: node.name } : node,
+      node.type.startsWith('ui-')
+        ? { id: node.id, z: node.z, type: 'helper', name: node.name, wires: node.wires ?? [] }
+        : node,
     );
   return prepared;
 }
+
+/** A workflow of another client's for the sandbox, with `extra` nodes (SandboxHang: runs until interrupted). */
+const otherWorkflow = (extra = {}) => ({
+  1: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'model.safetensors' } },
+  2: { class_type: 'KSampler', inputs: { steps: 3, seed: 1, model: ['1', 0] } },
+  3: { class_type: 'SaveImage', inputs: { filename_prefix: 'other', images: ['2', 0] } },
+  ...extra,
+});
 
 /** Resolves with the first msg a helper node receives that `accept` takes (or fails after `ms`). */
 function firstMessage(node, accept, ms = 8000) {
@@ -164,6 +175,7 @@ describe('examples: every example flow runs against the sandbox', function () {
     fs.writeFileSync(path.join(dir, 'input.png'), solidPng(8, 8, [200, 80, 40, 255]));
     fs.writeFileSync(path.join(dir, 'mask.png'), solidPng(8, 8, [255, 255, 255, 255]));
     sandbox.events.options.autoRun = true;
+    delete sandbox.events.options.concurrency;
   });
 
   afterEach(async () => {
@@ -412,5 +424,107 @@ describe('examples: every example flow runs against the sandbox', function () {
     assert.strictEqual(sandbox.jobs.jobs.get(held.id).state, 'cancelled');
     assert.strictEqual(cancels(), 1);
     assert.strictEqual(interrupts(), 0);
+  });
+
+  it("08-prompt-to-picture-page: the newest job's place in the queue under its progress, with the estimate where the server has one, gone once it runs", async () => {
+    const { nodes, credentials } = prepareWithoutDashboard('08-prompt-to-picture-page', dir);
+    const line = () => byName(nodes, 'helper', 'queue place');
+    const hidden = { payload: '', visible: false };
+    const shown = (text) => ({ payload: text, visible: true });
+    const only = (msg) => ({ payload: msg.payload, visible: msg.visible });
+    // On deploy: no line (the widget takes no room on the page).
+    const first = new Promise((resolve, reject) => {
+      helper.load(NODES, nodes, credentials, () => {
+        try {
+          resolve(firstMessage(line(), () => true));
+        } catch (error) {
+          reject(error);
+        }
+      });
+    });
+    assert.deepStrictEqual(only(await orNodeErrors(first)), hidden);
+
+    // A busy server (one job at a time, another client's holding it) that reports no run times (a cloud
+    // service): the place alone, then gone when the job starts; the job runs to its picture.
+    sandbox.events.options.concurrency = 1;
+    const running = sandbox.jobs.submit(
+      otherWorkflow({ 9: { class_type: 'SandboxHang', inputs: {} } }),
+      'other',
+    );
+    try {
+      const placed = orNodeErrors(firstMessage(line(), (msg) => msg.visible === true));
+      byName(nodes, 'function', 'form to msg.inputs').receive({
+        payload: { prompt: 'a job that waits its turn', negative: '', size: '512x512', newSeed: true },
+      });
+      assert.deepStrictEqual(only(await placed), shown('1 ahead'));
+      const gone = orNodeErrors(firstMessage(line(), () => true));
+      const pictures = orNodeErrors(firstMessage(byName(nodes, 'helper', 'gallery'), () => true, 15000));
+      sandbox.jobs.interrupt(running.id);
+      assert.deepStrictEqual(only(await gone), hidden);
+      assert.strictEqual((await pictures).payload[0].prompt, 'a job that waits its turn');
+    } finally {
+      sandbox.jobs.interrupt(running.id);
+    }
+
+    // What await job's progress output sends while a job waits, with or without an estimate (seconds).
+    const place = byName(nodes, 'function', 'queue place');
+    place.context().flow.set('currentJob', 'newest-job');
+    const next = () => orNodeErrors(firstMessage(line(), () => true, 2000));
+    const cases = [
+      [{ ahead: 2, eta_s: 40 }, shown('2 ahead, about 40 s (an estimate)')],
+      [{ ahead: 2 }, shown('2 ahead')],
+      [{ ahead: 3, eta_s: 150 }, shown('3 ahead, about 3 min (an estimate)')],
+      [{ ahead: 1, eta_s: 0 }, shown('1 ahead, about 1 s (an estimate)')],
+      [{ ahead: 0, eta_s: 0 }, shown('next in line')],
+    ];
+    for (const [payload, expected] of cases) {
+      const got = next();
+      place.receive({ topic: 'queue', payload, prompt_id: 'newest-job' });
+      assert.deepStrictEqual(only(await got), expected, JSON.stringify(payload));
+    }
+    // An older job's place is not the page's; the newest one's start hides the line, once.
+    const seen = silent(line());
+    place.receive({ topic: 'queue', payload: { ahead: 1 }, prompt_id: 'older-job' });
+    place.receive({ topic: 'execution_start', payload: {}, prompt_id: 'older-job' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepStrictEqual(seen, []);
+    place.receive({ topic: 'execution_start', payload: {}, prompt_id: 'newest-job' });
+    place.receive({ topic: 'progress', payload: { value: 1, max: 3 }, prompt_id: 'newest-job' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepStrictEqual(seen.map(only), [hidden]);
+    // Its result hides it too, also when the visitor's prompt (a result's msg.topic) reads "queue".
+    place.receive({ topic: 'queue', payload: { ahead: 1, eta_s: 5 }, prompt_id: 'newest-job' });
+    const result = { prompt_id: 'newest-job', status: 'cancelled' };
+    place.receive({ topic: 'queue', payload: result, prompt_id: 'newest-job' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepStrictEqual(seen.map(only), [hidden, shown('1 ahead, about 5 s (an estimate)'), hidden]);
+  });
+
+  it("08-prompt-to-picture-page: a visitor's form starts with the form's first size, sent to that visitor's browser only", async () => {
+    const { nodes, credentials } = prepareWithoutDashboard('08-prompt-to-picture-page', dir);
+    await helper.load(NODES, nodes, credentials);
+    const form = byName(nodes, 'helper', 'picture form');
+    const pageView = byName(nodes, 'helper', 'page view');
+    const [firstSize] = examples['08-prompt-to-picture-page'].find(
+      (node) => node.type === 'ui-form',
+    ).dropdownOptions;
+    const seen = silent(form);
+    // Not to every visitor (a msg without _client goes to every open page), and only when a page opens.
+    pageView.send({ topic: '$pageview', payload: { page: { name: 'Prompt to picture' } } });
+    pageView.send({ topic: '$pageleave', payload: {}, _client: { socketId: 'visitor-1' } });
+    const got = orNodeErrors(firstMessage(form, () => true));
+    pageView.send({
+      topic: '$pageview',
+      payload: { page: { name: 'Prompt to picture' }, query: { size: '99999x99999' } },
+      _client: { socketId: 'visitor-2', socketIp: '127.0.0.1' },
+    });
+    const msg = await got;
+    // (As JSON: the function's objects are of another realm.)
+    assert.deepStrictEqual(JSON.parse(JSON.stringify({ payload: msg.payload, _client: msg._client })), {
+      payload: { size: firstSize.value },
+      _client: { socketId: 'visitor-2' },
+    });
+    assert.strictEqual(firstSize.value, '1024x1024');
+    assert.strictEqual(seen.length, 1);
   });
 });
