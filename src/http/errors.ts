@@ -250,14 +250,17 @@ function holdsAnyForm(value: unknown, forms: readonly string[]): boolean {
  */
 export class SecretSearch {
   private readonly forms: string[];
+  /** The forms a JSON text holds a secret in where no escape hides it: as written, and URL-encoded. */
+  private readonly plainForms: string[];
   /** A secret holds a quote, a backslash or a control character: any escape might hide it. */
   private readonly unusual: boolean;
 
   constructor(secrets: ReadonlyArray<string | undefined>) {
     this.forms = secretForms(secrets);
-    this.unusual = secrets.some(
-      (secret) =>
-        typeof secret === 'string' && [...secret].some((char) => char === '"' || char === '\\' || char < ' '),
+    const present = secrets.filter((secret): secret is string => typeof secret === 'string' && secret !== '');
+    this.plainForms = [...new Set(present.flatMap((secret) => [secret, encodeURIComponent(secret)]))];
+    this.unusual = present.some((secret) =>
+      [...secret].some((char) => char === '"' || char === '\\' || char < ' '),
     );
   }
 
@@ -277,15 +280,17 @@ export class SecretSearch {
 
   /**
    * Whether the JSON text a value was parsed from may hold a secret, decided on the text without walking the
-   * value: true when the text holds one in any form, or when it has an escape that could hide one. JSON written
-   * without escapes holds each string as written, so a search of the text is exact there; `\uXXXX` and `\/` can
-   * stand for any character of a key (and `\"`, `\\` or a control character's escape only for a key holding
-   * one). Where this says false, the parsed value holds no secret: a large answer is searched, not walked.
+   * value: true when the text holds one as written or URL-encoded, or when it has an escape that could hide one.
+   * JSON written without escapes holds each string as written, so a search of the text is exact there;
+   * `\uXXXX` and `\/` can stand for any character of a key (and `\"`, `\\` or a control character's escape only
+   * for a key holding one). Where this says false, the parsed value holds no secret: a large answer, or each of
+   * thousands of frames a second, is searched, not walked.
    */
   mayBeInJson(text: string): boolean {
     if (this.forms.length === 0) return false;
-    if (holdsForm(text, this.forms)) return true;
-    return this.unusual ? text.includes('\\') : HIDING_ESCAPE.test(text);
+    if (holdsForm(text, this.plainForms)) return true;
+    if (!text.includes('\\')) return false;
+    return this.unusual || HIDING_ESCAPE.test(text);
   }
 }
 

@@ -277,17 +277,24 @@ export class JobBook implements LifeHost {
   }
 
   changed(life: JobLife, previous: LifeState): void {
-    if (life.firstEventEpoch !== undefined || (life.state !== 'submitted' && life.state !== 'pending'))
-      this.waiting.delete(life);
-    if (life.state === 'running') {
-      if (!this.running.has(life)) {
-        this.running.add(life);
-        this.armSilenceWatch();
-      }
-    } else this.running.delete(life);
+    // The sets change with the state (and the first event), not per event: a progress event only moves on.
+    if (previous !== life.state || this.waiting.has(life)) {
+      if (life.firstEventEpoch !== undefined || (life.state !== 'submitted' && life.state !== 'pending'))
+        this.waiting.delete(life);
+      if (life.state === 'running') {
+        if (!this.running.has(life)) {
+          this.running.add(life);
+          this.armSilenceWatch();
+        }
+      } else this.running.delete(life);
+    }
     life.lastChange = ++this.changeCount;
     const watch = this.watches.get(life);
-    if (watch) for (const job of watch.awaits) job.onChange(life, previous);
+    if (!watch) return;
+    const awaits = watch.awaits;
+    // One await is the common case: no iterator per event.
+    if (awaits.length === 1) awaits[0].onChange(life, previous);
+    else for (const job of awaits) job.onChange(life, previous);
   }
 
   progress(life: JobLife, progress: JobProgress): void {

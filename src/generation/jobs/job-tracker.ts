@@ -226,16 +226,23 @@ export class JobTracker {
   /** An await's job changed state, node or step. */
   changed(job: Await, previous: LifeState): void {
     if (!this.awaits.has(job)) return;
-    const ahead = job.ahead;
-    if (ahead !== undefined && (this.nearest?.ahead === undefined || ahead <= this.nearest.ahead))
-      this.nearest = job;
-    else if (job === this.nearest) this.nearest = undefined;
-    if (job.phase === 'running') {
-      this.running.add(job);
+    const state = job.life?.state;
+    if (state === 'running' || state === 'ending') {
+      // The common change, once per progress event: only the latest running job moves.
       this.latestRunning = job;
-    } else if (previous === 'running' || previous === 'ending' || this.running.has(job)) {
-      this.running.delete(job);
-      if (this.latestRunning === job) this.latestRunning = undefined;
+      if (previous !== state) {
+        this.running.add(job);
+        if (job === this.nearest) this.nearest = undefined;
+      }
+    } else {
+      if (previous === 'running' || previous === 'ending') {
+        this.running.delete(job);
+        if (this.latestRunning === job) this.latestRunning = undefined;
+      }
+      const ahead = job.ahead;
+      if (ahead !== undefined && (this.nearest?.ahead === undefined || ahead <= this.nearest.ahead))
+        this.nearest = job;
+      else if (job === this.nearest) this.nearest = undefined;
     }
     this.notify();
   }
