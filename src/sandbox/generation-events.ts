@@ -63,6 +63,8 @@ export interface GenerationEvents {
   dropAfterFrames(frames: number): void;
   /** Starts a job that was submitted while autoRun was off. */
   run(jobId: string): void;
+  /** Every job held by a `SandboxHang` node goes on to its end now; how many there were. */
+  releaseHangs(): number;
   /**
    * As a self-hosted server's restart: every job stops without an event and is forgotten (queue and history
    * live in memory), and every socket drops.
@@ -130,7 +132,7 @@ export function mountGenerationEvents(
   const byClient = new Map<string, Peer>();
   const sleepers = new Map<NodeJS.Timeout, () => void>();
   const waiting: SandboxJob[] = [];
-  const hangs = new Map<string, () => void>();
+  const hangs = new Map<string, (goOn?: boolean) => void>();
   const runningIds = new Set<string>();
   let runningCount = 0;
   let framesSent = 0;
@@ -287,8 +289,12 @@ export function mountGenerationEvents(
       case 'SandboxSlow':
         return (await pause(job, Number(node.inputs.ms) || 100)) ? 'next' : 'stop';
       case 'SandboxHang':
-        await new Promise<void>((resolve) => hangs.set(job.id, resolve));
-        return 'stop';
+        // Until it is cancelled or interrupted (the job stops there), or released (it goes on to its end).
+        return new Promise<'next' | 'stop'>((resolve) =>
+          hangs.set(job.id, (goOn?: boolean) =>
+            resolve(goOn === true && job.state === 'in_progress' ? 'next' : 'stop'),
+          ),
+        );
       case 'SandboxText':
         for (const peer of targets(job, 'text'))
           write(peer, encodeText(node.id, String(node.inputs.text ?? 'sandbox text')));
@@ -474,6 +480,12 @@ export function mountGenerationEvents(
       waiting.push(job);
       queueStatus();
       pump();
+    },
+    releaseHangs() {
+      const held = [...hangs.values()];
+      hangs.clear();
+      for (const release of held) release(true);
+      return held.length;
     },
     restart() {
       for (const job of jobs.jobs.values()) job.state = 'failed';
