@@ -31,6 +31,7 @@ describe('the package', () => {
       'graph-gen-await-job',
       'graph-gen-config',
       'graph-gen-download',
+      'graph-gen-job-events',
       'graph-gen-queue',
       'graph-gen-submit',
       'graph-gen-upload',
