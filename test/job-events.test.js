@@ -17,6 +17,7 @@ const NODES = [
   require('../dist/nodes/graph-gen-config.js'),
   require('../dist/nodes/graph-gen-job-events.js'),
   require('../dist/nodes/graph-gen-submit.js'),
+  require('../dist/nodes/graph-gen-await-job.js'),
 ];
 const ALL_EVENTS = 'queued,started,completed,failed,cancelled';
 /** The client id another program submits with: no socket of this Node-RED hears its jobs' events. */
@@ -354,16 +355,48 @@ describe('job events', function () {
       assert.deepEqual(topicsOf(out, waiting), ['started', 'completed']);
     });
 
-    it('forgets what it told when it is removed from the flows', async () => {
+    it('removed from the flows, forgets what it told and leaves the socket and the server alone', async () => {
       const { out } = await start(flow(sandbox));
       const id = await submitAs(sandbox, OTHER);
       await toldOf(out, id, 'completed');
       await quiet(sandbox);
-      const folder = path.join(helper.settings().userDir, 'graph-gen');
-      const file = path.join(folder, 'job-events-events.jsonl');
+      const file = path.join(helper.settings().userDir, 'graph-gen', 'job-events-events.jsonl');
       await until(() => fs.existsSync(file), 'the memory to be written');
-      await helper.setFlows(flow(sandbox).filter((node) => node.id !== 'events' && node.id !== 'out'));
+      // Only the changed nodes are stopped: the config node and its connection stay.
+      await helper.setFlows(
+        flow(sandbox).filter((node) => node.id !== 'events' && node.id !== 'out'),
+        'nodes',
+      );
       assert.equal(fs.existsSync(file), false);
+      await until(() => sandbox.counters.socketsOpen === 0, 'the socket to close: nothing uses it');
+      sandbox.counters.reset();
+      await submitAs(sandbox, OTHER);
+      await sleep(500);
+      assert.deepEqual(
+        sandbox.counters.requests.map((seen) => `${seen.method} ${seen.path}`),
+        ['POST /api/prompt'],
+      );
+    });
+
+    it('a node removed while Node-RED was down has its memory swept at the next start', () => {
+      const { sweepNodeFiles } = require('../dist/nodes/node-state');
+      const userDir = helper.settings().userDir;
+      const folder = path.join(userDir, 'graph-gen');
+      fs.mkdirSync(folder, { recursive: true });
+      for (const name of ['sweep-test-gone.jsonl', 'sweep-test-a_b.jsonl', 'other-gone.jsonl'])
+        fs.writeFileSync(path.join(folder, name), '');
+      const RED = {
+        settings: { userDir },
+        nodes: {
+          eachNode: (visit) =>
+            [
+              { id: 'a/b', type: 'graph-gen-job-events' },
+              { id: 'gone', type: 'graph-gen-await-job' },
+            ].forEach(visit),
+        },
+      };
+      sweepNodeFiles(RED, 'graph-gen-job-events', 'sweep-test-', '.jsonl');
+      assert.deepEqual(fs.readdirSync(folder).sort(), ['other-gone.jsonl', 'sweep-test-a_b.jsonl']);
     });
 
     for (const [trouble, fault] of [
@@ -432,6 +465,31 @@ describe('job events', function () {
         1,
         'the cloud lists no jobs: asked once, no more',
       );
+    });
+
+    it('sends a copy of the result: a flow that changes it changes nothing an await of the job gets later', async () => {
+      const awaiting = [
+        {
+          id: 'await',
+          z: 'f1',
+          type: 'graph-gen-await-job',
+          server: 'cfg',
+          timeout: '0',
+          wires: [['awaited'], [], []],
+        },
+        { id: 'awaited', z: 'f1', type: 'helper' },
+      ];
+      const { out } = await start(flow(sandbox, { events: 'completed' }, awaiting), { cfg: { apiKey: KEY } });
+      const id = await submitAs(sandbox, OTHER, textToImage(), { 'x-api-key': KEY });
+      await toldOf(out, id, 'completed');
+      const told = out.received.find((msg) => msg.prompt_id === id);
+      told.payload.files.length = 0;
+      told.payload.outputs['9'].images = [];
+      const awaited = collect('awaited');
+      helper.getNode('await').receive({ prompt_id: id });
+      const result = (await awaited.next()).payload;
+      assert.deepEqual(result.files, [sandbox.jobs.jobs.get(id).outputs['9'].images[0]]);
+      assert.deepEqual(result.outputs, sandbox.jobs.jobs.get(id).outputs);
     });
 
     it('reads nothing while the key has no job, and nothing for a job the socket follows', async () => {

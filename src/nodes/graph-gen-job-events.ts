@@ -4,7 +4,6 @@
  * JobEvents' (src/generation/jobs/job-events.ts); this file reads the settings, keeps the node's memory of the
  * jobs it told under the user dir (a journal, `job-events-<node id>.jsonl`), sends and sets the status.
  */
-import path from 'node:path';
 import type { Node, NodeAPI, NodeDef, NodeStatus } from 'node-red';
 import { Journal } from '../persist/journal';
 import {
@@ -15,7 +14,7 @@ import {
 } from '../generation/jobs/job-events';
 import type { KeptRecord, MemoryStore } from '../generation/jobs/job-event-memory';
 import { catalogTexts, statusFailed, statusOk, statusWaiting, type Texts } from './node-helpers';
-import { stateFolder, sweepNodeFiles } from './node-state';
+import { nodeFile, sweepNodeFiles } from './node-state';
 import type graphGenConfig from './graph-gen-config';
 
 interface JobEventsDef extends NodeDef {
@@ -88,8 +87,7 @@ export = function (RED: NodeAPI): void {
 
     node.status(statusOf('starting', text));
     sweepNodeFiles(RED, TYPE, PREFIX, SUFFIX);
-    const file = path.join(stateFolder(RED), `${PREFIX}${node.id.replace(/[^\w.-]/g, '_')}${SUFFIX}`);
-    const opening = Journal.open<KeptRecord>(file, { log })
+    const opening = Journal.open<KeptRecord>(nodeFile(RED, PREFIX, node.id, SUFFIX), { log })
       .then((opened) => (journal = opened))
       .catch((error: unknown) => {
         node.warn(

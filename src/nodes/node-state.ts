@@ -50,22 +50,31 @@ export function forgetClientId(RED: NodeAPI, configId: string): void {
 }
 
 function clientIdFile(RED: NodeAPI, configId: string): string {
-  return path.join(stateFolder(RED), `config-${configId.replace(/[^\w.-]/g, '_')}.json`);
+  return nodeFile(RED, 'config-', configId, '.json');
+}
+
+/** A node's file in the state folder: `<prefix><node id><suffix>`, the id kept to characters a name can hold. */
+export function nodeFile(RED: NodeAPI, prefix: string, nodeId: string, suffix: string): string {
+  return path.join(stateFolder(RED), `${prefix}${fileId(nodeId)}${suffix}`);
+}
+
+function fileId(nodeId: string): string {
+  return nodeId.replace(/[^\w.-]/g, '_');
 }
 
 /** Kinds of node files already swept in this runtime. */
 const swept = new Set<string>();
 
 /**
- * Once per runtime and kind: the files `<prefix><node id><suffix>` in the state folder of nodes of `type` that
- * are not in the flows any more (removed while Node-RED was down) are removed.
+ * Once per runtime and kind: the files (`nodeFile`) of nodes of `type` that are not in the flows any more
+ * (removed while Node-RED was down) are removed.
  */
 export function sweepNodeFiles(RED: NodeAPI, type: string, prefix: string, suffix: string): void {
   if (swept.has(prefix)) return;
   swept.add(prefix);
   const present = new Set<string>();
   RED.nodes.eachNode((config) => {
-    if (config.type === type) present.add(config.id);
+    if (config.type === type) present.add(fileId(config.id));
   });
   const folder = stateFolder(RED);
   let names: string[];

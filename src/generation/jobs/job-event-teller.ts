@@ -151,7 +151,8 @@ export class JobEventTeller {
     if (!fresh && job.ran && from < STEP_RANK.started) topics.push('started');
     this.remember(id, { step: 'ended', createdAt: job.createdAt ?? known?.createdAt, own });
     for (const topic of topics) this.tell(topic, id, own, { prompt_id: id, status: topic });
-    this.tell(result.status, id, own, { ...result, status: result.status });
+    // A copy: the job book keeps its results for later awaits, and a flow may change what it is sent.
+    this.tell(result.status, id, own, { ...structuredClone(result), status: result.status });
   }
 
   /** A job whose end cannot be read any more: remembered as ended, told nothing. */
