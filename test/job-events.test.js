@@ -425,6 +425,59 @@ describe('job events', function () {
       });
     }
 
+    it("a job whose end cannot be read is told, after three tries, with the list's word and no outputs", async () => {
+      const { out } = await start(flow(sandbox));
+      sandbox.faults.add({
+        path: /^\/api\/(jobs|history)\/[^/]+$/,
+        method: 'GET',
+        status: 400,
+        times: Infinity,
+      });
+      const id = await submitAs(sandbox, OTHER);
+      await toldOf(out, id, 'completed');
+      const told = out.received.find((msg) => msg.prompt_id === id && msg.topic === 'completed');
+      assert.deepEqual(told.payload, {
+        prompt_id: id,
+        status: 'completed',
+        outputs: {},
+        files: [],
+        outputs_incomplete: true,
+      });
+      assert.equal(sandbox.counters.count(new RegExp(`^/api/jobs/${id}$`)), 3);
+    });
+
+    it('reads the ends of many jobs a few per look, and the list a bounded number of pages', async () => {
+      const timings = JobEvents.defaultTimings;
+      JobEvents.defaultTimings = { ...timings, endsPerRead: 2, pageSize: 2, maxPages: 3 };
+      try {
+        const { out } = await start(flow(sandbox));
+        sandbox.events.options.statusEvents = false;
+        const first = [];
+        for (let n = 0; n < 5; n++) first.push(await submitAs(sandbox, OTHER));
+        await until(() => first.every((id) => sandbox.jobs.jobs.get(id).state === 'completed'), 'five jobs');
+        sandbox.events.broadcast('status', { status: { exec_info: { queue_remaining: 0 } } });
+        await until(() => first.every((id) => topicsOf(out, id).includes('completed')), 'all five told');
+        assert.equal(sandbox.counters.count(/^\/api\/jobs\/[^/]+$/), 5, 'each end read once');
+        assert.deepEqual(warnings(), []);
+
+        // More than the pages hold ended unannounced: the newest are told, with a warning for the rest.
+        const second = [];
+        for (let n = 0; n < 8; n++) second.push(await submitAs(sandbox, OTHER));
+        await until(
+          () => second.every((id) => sandbox.jobs.jobs.get(id).state === 'completed'),
+          'eight jobs',
+        );
+        sandbox.events.broadcast('status', { status: { exec_info: { queue_remaining: 0 } } });
+        await until(() => warnings().some((text) => /more than 6 jobs/.test(text)), 'a warning');
+        await until(() => second.slice(2).every((id) => topicsOf(out, id).includes('completed')), 'six told');
+        await quiet(sandbox);
+        assert.deepEqual(topicsOf(out, second[0]), []);
+        assert.deepEqual(topicsOf(out, second[1]), []);
+      } finally {
+        JobEvents.defaultTimings = timings;
+      }
+    });
+
     it('without a socket, reads the jobs every so often and tells them', async () => {
       sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
       await helper.load(NODES, flow(sandbox));
@@ -434,6 +487,57 @@ describe('job events', function () {
       const id = await submitAs(sandbox, OTHER);
       await toldOf(out, id, 'completed');
       assert.deepEqual(topicsOf(out, id), ['queued', 'started', 'completed']);
+    });
+  });
+
+  describe('the memory of what was told', () => {
+    const { JobEventMemory, ENDED_KEPT } = require('../dist/generation/jobs/job-event-memory');
+    const store = () => {
+      const map = new Map();
+      return { map, entries: () => [...map], set: (k, v) => map.set(k, v), delete: (k) => map.delete(k) };
+    };
+
+    it('forgets ended jobs older than the mark, keeps waiting and running ones whatever their age', () => {
+      const kept = store();
+      const memory = new JobEventMemory(kept, 'cfg http://a');
+      memory.setMark(100);
+      memory.remember('old-ended', { step: 'ended', createdAt: 50 });
+      memory.remember('old-running', { step: 'started', createdAt: 40 });
+      memory.remember('at-mark', { step: 'ended', createdAt: 100 });
+      memory.setMark(120);
+      memory.forgetOld();
+      assert.equal(memory.get('old-ended'), undefined);
+      assert.deepEqual(memory.get('old-running'), { step: 'started', createdAt: 40 });
+      assert.equal(memory.get('at-mark'), undefined);
+      // What the store keeps is what a restart reads.
+      const again = new JobEventMemory(kept, 'cfg http://a');
+      assert.equal(again.mark, 120);
+      assert.deepEqual(
+        again.active().map(([id]) => id),
+        ['old-running'],
+      );
+      assert.equal(again.size, 1);
+    });
+
+    it(`keeps the newest ${ENDED_KEPT} ended jobs without a create_time (the cloud), the oldest go first`, () => {
+      const memory = new JobEventMemory(store(), 'cfg');
+      memory.setMark(0);
+      for (let n = 0; n < ENDED_KEPT + 10; n++) memory.remember(`job-${n}`, { step: 'ended' });
+      memory.forgetOld();
+      assert.equal(memory.size, ENDED_KEPT);
+      assert.equal(memory.get('job-9'), undefined);
+      assert.deepEqual(memory.get('job-10'), { step: 'ended' });
+    });
+
+    it('starts anew for another server: what was kept for another config node or address is dropped', () => {
+      const kept = store();
+      const memory = new JobEventMemory(kept, 'cfg http://a');
+      memory.setMark(5);
+      memory.remember('job', { step: 'queued', createdAt: 5 });
+      const other = new JobEventMemory(kept, 'cfg http://b');
+      assert.equal(other.begun, false);
+      assert.equal(other.size, 0);
+      assert.equal(kept.map.size, 0);
     });
   });
 
@@ -490,6 +594,13 @@ describe('job events', function () {
       const result = (await awaited.next()).payload;
       assert.deepEqual(result.files, [sandbox.jobs.jobs.get(id).outputs['9'].images[0]]);
       assert.deepEqual(result.outputs, sandbox.jobs.jobs.get(id).outputs);
+    });
+
+    it('says unauthorized when the service refuses the key', async () => {
+      await helper.load(NODES, flow(sandbox), { cfg: { apiKey: 'not-the-key' } });
+      const seen = statuses('events');
+      await until(() => seen.some((status) => status.text === 'unauthorized'), 'the status to say so');
+      assert.equal(seen.at(-1).fill, 'red');
     });
 
     it('reads nothing while the key has no job, and nothing for a job the socket follows', async () => {

@@ -132,7 +132,14 @@ export class ServerJobReader {
     for (const [index, [id, job]] of now.entries()) {
       if (!this.tellEnd(id, job, answers[index])) incomplete = true;
     }
-    memory.setMark(newest);
+    // The mark stays at the oldest job this look met as new but did not tell (more ends than a look reads, a
+    // read that failed, a submitter not known yet): the next look must meet it again.
+    let mark = newest;
+    for (const [id, job] of seen) {
+      if (job.createdAt !== undefined && job.createdAt >= memory.mark && !memory.get(id))
+        mark = Math.min(mark, job.createdAt);
+    }
+    memory.setMark(mark);
     memory.forgetOld();
     return {
       kind: 'read',
