@@ -478,6 +478,25 @@ describe('job events', function () {
       }
     });
 
+    it('a fault while starting is a warning, never an unhandled rejection', async () => {
+      const timings = Object.getOwnPropertyDescriptor(JobEvents, 'defaultTimings');
+      Object.defineProperty(JobEvents, 'defaultTimings', {
+        configurable: true,
+        get() {
+          throw new Error('a fault in the watcher');
+        },
+      });
+      try {
+        await helper.load(NODES, flow(sandbox));
+        await until(
+          () => warnings().some((text) => /could not start: Error: a fault/.test(text)),
+          'a warning',
+        );
+      } finally {
+        Object.defineProperty(JobEvents, 'defaultTimings', timings);
+      }
+    });
+
     it('without a socket, reads the jobs every so often and tells them', async () => {
       sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503, times: Infinity });
       await helper.load(NODES, flow(sandbox));

@@ -109,7 +109,10 @@ export = function (RED: NodeAPI): void {
           log: (level, message) => (level === 'warn' ? node.warn(message) : node.debug(message)),
         });
         watcher.start();
-      });
+      })
+      .catch((error: unknown) =>
+        node.warn(`graph-gen: the job events node could not start: ${String(error)}`),
+      );
 
     node.on('close', (removed: boolean, done: () => void) => {
       closing = true;
