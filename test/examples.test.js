@@ -1,5 +1,5 @@
 'use strict';
-const { coreNode } = require('./support/node-red');
+const { coreNode, statuses } = require('./support/node-red');
 // Every example flow under examples/ loads in Node-RED and does what its comment says, against the sandbox:
 // the flows exactly as shipped (config nodes reading ${GRAPH_GEN_URL} and friends from the environment, keys
 // as ${...} credentials, as the README tells a user to set them), with two test-only changes: debug nodes
@@ -24,6 +24,7 @@ const NODES = [
   require('../dist/nodes/graph-gen-await-job.js'),
   require('../dist/nodes/graph-gen-download.js'),
   require('../dist/nodes/graph-gen-queue.js'),
+  require('../dist/nodes/graph-gen-job-events.js'),
   require('../dist/nodes/automation-config.js'),
   require('../dist/nodes/automation-list-workflows.js'),
   coreNode('common/20-inject.js'),
@@ -192,7 +193,7 @@ describe('examples: every example flow runs against the sandbox', function () {
     }
   });
 
-  it('ships the eight examples, each with a comment node that says what to configure', () => {
+  it('ships the nine examples, each with a comment node that says what to configure', () => {
     assert.deepStrictEqual(Object.keys(examples), [
       '01-text-to-image',
       '02-image-to-image',
@@ -202,6 +203,7 @@ describe('examples: every example flow runs against the sandbox', function () {
       '06-scheduled-workflow-summary',
       '07-manual-paging',
       '08-prompt-to-picture-page',
+      '09-job-events',
     ]);
     const used = new Set();
     for (const [name, nodes] of Object.entries(examples)) {
@@ -380,6 +382,31 @@ describe('examples: every example flow runs against the sandbox', function () {
     await new Promise((resolve) => setTimeout(resolve, 200));
     assert.deepStrictEqual(more, [], 'the loop did not stop after the last page');
   });
+  it('09-job-events: a job another program ran is saved and logged', async () => {
+    const { nodes, credentials } = prepare('09-job-events', dir);
+    await helper.load(NODES, nodes, credentials);
+    const shown = statuses(nodes.find((node) => node.type === 'graph-gen-job-events').id);
+    const saved = messages(byName(nodes, 'helper', 'saved picture'));
+    // It tells what happens once it watches (its first read of the server).
+    for (let waited = 0; !shown.some((status) => status.text === 'watching'); waited += 10) {
+      assert.ok(waited < 8000, 'the job events node did not start watching');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    // Submitted by someone else with the same key (the cloud sends every socket of the key its events).
+    const job = sandbox.jobs.submit(
+      {
+        5: { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 64, batch_size: 1 } },
+        9: { class_type: 'SaveImage', inputs: { filename_prefix: 'elsewhere', images: ['5', 0] } },
+      },
+      'another-program',
+    );
+    const msg = await orNodeErrors(saved);
+    assert.strictEqual(msg.prompt_id, job.id);
+    assert.strictEqual(msg.topic, 'completed');
+    assert.strictEqual(msg.filename, path.join(dir, `${job.id}-${job.outputs['9'].images[0].filename}`));
+    assert.deepStrictEqual(fs.readFileSync(msg.filename).subarray(1, 4).toString(), 'PNG');
+  });
+
   it('08-prompt-to-picture-page: the queue list cancels a job it shows or refreshes, and nothing else a browser sends', async () => {
     const { nodes, credentials } = prepareWithoutDashboard('08-prompt-to-picture-page', dir);
     await helper.load(NODES, nodes, credentials);

@@ -158,7 +158,8 @@ describe('generation sandbox REST service', () => {
     assert.equal(typeof number, 'number');
     assert.equal(id, job.id);
     assert.deepEqual(prompt, textToImage());
-    assert.deepEqual(extra, { client_id: 'client-1' });
+    // As v0.8.0 and v0.33.0 list it: the submitter's client_id and the server's create_time.
+    assert.deepEqual(extra, { client_id: 'client-1', create_time: job.createdAt });
     assert.deepEqual(outputs, ['9']);
     const interrupt = await fetch(`${selfHosted.url}/api/interrupt`, { method: 'POST' });
     assert.equal(interrupt.status, 200);

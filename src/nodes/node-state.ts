@@ -1,10 +1,11 @@
 /**
  * What this package keeps under Node-RED's user directory, in `<userDir>/graph-gen/`: await-job nodes' kept
- * awaits (await-resume.ts), and each config node's socket id, kept so that after a restart the socket comes back
+ * awaits (await-resume.ts), job-events nodes' memory of the jobs they told (graph-gen-job-events.ts), and each
+ * config node's socket id, kept so that after a restart the socket comes back
  * under the same id: a self-hosted server sends a job's events only to the socket its submit named, so jobs
  * submitted before the restart still reach this Node-RED.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
@@ -49,5 +50,46 @@ export function forgetClientId(RED: NodeAPI, configId: string): void {
 }
 
 function clientIdFile(RED: NodeAPI, configId: string): string {
-  return path.join(stateFolder(RED), `config-${configId.replace(/[^\w.-]/g, '_')}.json`);
+  return nodeFile(RED, 'config-', configId, '.json');
+}
+
+/** A node's file in the state folder: `<prefix><node id><suffix>`, the id kept to characters a name can hold. */
+export function nodeFile(RED: NodeAPI, prefix: string, nodeId: string, suffix: string): string {
+  return path.join(stateFolder(RED), `${prefix}${fileId(nodeId)}${suffix}`);
+}
+
+function fileId(nodeId: string): string {
+  return nodeId.replace(/[^\w.-]/g, '_');
+}
+
+/** Kinds of node files already swept in this runtime. */
+const swept = new Set<string>();
+
+/**
+ * Once per runtime and kind: the files (`nodeFile`) of nodes of `type` that are not in the flows any more
+ * (removed while Node-RED was down) are removed.
+ */
+export function sweepNodeFiles(RED: NodeAPI, type: string, prefix: string, suffix: string): void {
+  if (swept.has(prefix)) return;
+  swept.add(prefix);
+  const present = new Set<string>();
+  RED.nodes.eachNode((config) => {
+    if (config.type === type) present.add(fileId(config.id));
+  });
+  const folder = stateFolder(RED);
+  let names: string[];
+  try {
+    names = readdirSync(folder);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(prefix) || !name.endsWith(suffix)) continue;
+    if (present.has(name.slice(prefix.length, -suffix.length))) continue;
+    try {
+      rmSync(path.join(folder, name), { force: true });
+    } catch {
+      // left for the next start
+    }
+  }
 }

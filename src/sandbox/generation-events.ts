@@ -374,7 +374,8 @@ export function mountGenerationEvents(
   };
 
   const onSubmitted = (job: SandboxJob) => {
-    if (options.autoRun === false) return;
+    // A real server tells every socket of each job queued, whether or not it runs it soon.
+    if (options.autoRun === false) return queueStatus();
     waiting.push(job);
     queueStatus();
     pump();

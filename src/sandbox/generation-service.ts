@@ -618,6 +618,18 @@ export async function mountGenerationService(
     ctx.json(200, { prompt_id: job.id, number: job.number, node_errors: {} });
   });
 
+  // The extra_data a self-hosted server keeps with a job and shows in its queue, history and an ended job's
+  // `workflow`: the submit's, with the submitter's client_id and the server's create_time, sensitive fields out.
+  const listedExtraData = (job: SandboxJob): Record<string, unknown> => {
+    const extra: Record<string, unknown> = {
+      ...job.extraData,
+      client_id: job.clientId,
+      create_time: job.createdAt,
+    };
+    for (const field of Object.keys(extra)) if (/key|token/i.test(field)) delete extra[field];
+    return extra;
+  };
+
   route('GET', '/job/([^/]+)/status', (ctx) => {
     // Self-hosted servers have no status endpoint.
     if (jobs.selfHosted) return server.notFound(ctx);
@@ -650,7 +662,15 @@ export async function mountGenerationService(
       create_time: job.createdAt,
       outputs_count: ended ? countFiles(job.outputs) : 0,
       ...(job.error ? { execution_error: { prompt_id: job.id, ...job.error } } : {}),
-      ...(ended ? { outputs: job.outputs, execution_status: executionStatus(job) } : {}),
+      ...(ended
+        ? {
+            execution_start_time: job.startedAt ?? null,
+            execution_end_time: job.endedAt ?? null,
+            outputs: job.outputs,
+            execution_status: executionStatus(job),
+            workflow: { prompt: job.prompt, extra_data: listedExtraData(job) },
+          }
+        : {}),
     });
   });
 
@@ -718,7 +738,7 @@ export async function mountGenerationService(
     if (!job || !terminal(job)) return ctx.json(200, {});
     ctx.json(200, {
       [job.id]: {
-        prompt: [job.number, job.id, job.prompt, { client_id: job.clientId }, outputNodes(job, definitions)],
+        prompt: [job.number, job.id, job.prompt, listedExtraData(job), outputNodes(job, definitions)],
         outputs: job.outputs,
         status: executionStatus(job),
       },
@@ -824,9 +844,7 @@ export async function mountGenerationService(
   });
 
   const queueElement = (job: SandboxJob) => {
-    const extra: Record<string, unknown> = { ...job.extraData, client_id: job.clientId };
-    // Self-hosted servers leave sensitive extra_data out of what they list; so does the sandbox.
-    for (const field of Object.keys(extra)) if (/key|token/i.test(field)) delete extra[field];
+    const extra = listedExtraData(job);
     if (options.queueShape === 'object') {
       return { prompt_id: job.id, number: job.number, client_id: job.clientId, created_at: job.createdAt };
     }

@@ -35,6 +35,7 @@ const FLOW_NODES = {
   'graph-gen-await-job': { config: 'graph-gen-config', field: 'timeout', bad: '-5', good: '120' },
   'graph-gen-download': { config: 'graph-gen-config', field: 'name', good: 'fetch files' },
   'graph-gen-queue': { config: 'graph-gen-config', field: 'name', good: 'the queue' },
+  'graph-gen-job-events': { config: 'graph-gen-config', field: 'name', good: 'every job' },
   'automation-list-workflows': { config: 'automation-config', field: 'limit', bad: '0', good: '250' },
 };
 
@@ -157,6 +158,29 @@ describe('editor: every node type in a real browser', function () {
       assert.strictEqual(saved.valid, true, 'the saved node is marked invalid');
     });
   }
+
+  it('graph-gen-job-events: the events checked are its setting, and none checked is refused', async () => {
+    const id = await editor.dropFromPalette(page, 'graph-gen-job-events');
+    await editor.openNodeDialog(page, id);
+    await editor.setField(page, 'node-input-server', (await editor.nodeOfType(page, 'graph-gen-config')).id);
+    const box = (value) => page.locator(`.graph-gen-job-events-event[value="${value}"]`);
+    const checked = () =>
+      page.evaluate(() =>
+        $('.graph-gen-job-events-event:checked')
+          .map((_, element) => element.value)
+          .get(),
+      );
+    assert.deepStrictEqual(await checked(), ['completed', 'failed', 'cancelled'], 'the default events');
+    for (const value of ['completed', 'failed', 'cancelled']) await box(value).uncheck();
+    assert.ok(await editor.fieldInvalid(page, 'node-input-events'), 'no event chosen was accepted');
+    await box('queued').check();
+    await box('started').check();
+    assert.ok(!(await editor.fieldInvalid(page, 'node-input-events')), 'two events were refused');
+    await editor.closeDialog(page, 'node-dialog-ok');
+    const saved = await page.evaluate((nodeId) => RED.nodes.node(nodeId), id);
+    assert.strictEqual(saved.events, 'queued,started');
+    assert.strictEqual(saved.valid, true);
+  });
 
   it('deploys the nodes made in the dialogs without errors or warnings', async () => {
     await editor.deploy(page);

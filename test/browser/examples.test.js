@@ -119,7 +119,11 @@ describe('examples in a real browser', function () {
     });
     await page.waitForTimeout(300);
     await page.locator(`[id="${inject}"] .red-ui-flow-node-button`).click();
-    const message = page.locator('.red-ui-debug-msg', { hasText: 'graph-gen-output/' }).first();
+    // The job-events example, deployed beside it, saves the same job's picture too: its debug node is another.
+    const message = page
+      .locator('.red-ui-debug-msg', { hasText: 'saved file' })
+      .filter({ hasText: 'graph-gen-output/' })
+      .first();
     await message.waitFor({ timeout: 30000 });
     const text = await message.innerText();
     assert.match(text, /saved file/);

@@ -122,7 +122,8 @@ function refusedError(promptId: string, status: number | undefined): ExecutionEr
   };
 }
 
-function unknownFailure(): ExecutionError {
+/** The error of a job the service calls failed without saying how. */
+export function unknownFailure(): ExecutionError {
   return {
     exception_type: 'unknown',
     exception_message: 'the service reports the job as failed',

@@ -48,6 +48,11 @@ export type LookupAnswer =
       error?: ExecutionError;
       /** The outputs, when the route that answered carries them (`/api/jobs/{id}` of an ended job). */
       outputs?: JobOutputs;
+      /**
+       * The `client_id` the job was submitted with, where the route names it (self-hosted servers: an ended
+       * job's `/api/jobs/{id}` `workflow.extra_data`, history's `prompt[3]`; not for waiting or running jobs).
+       */
+      clientId?: string;
     }
   | { kind: 'unknown' }
   | Unreadable;
@@ -196,6 +201,12 @@ function asOutputs(value: unknown): JobOutputs | undefined {
 
 type PhaseAnswer = Extract<LookupAnswer, { kind: 'phase' }>;
 
+/** The `client_id` of a submit's `extra_data`, when it is a plausible one (ids are compared, never shown). */
+function clientIdOf(extraData: unknown): string | undefined {
+  const id = isRecord(extraData) ? extraData.client_id : undefined;
+  return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : undefined;
+}
+
 /** A `/api/jobs/{id}` body: `{id, status, execution_error?, execution_status?, outputs?}`. */
 function fromJobsBody(body: Record<string, unknown>): PhaseAnswer {
   const word = String(body.status);
@@ -204,6 +215,8 @@ function fromJobsBody(body: Record<string, unknown>): PhaseAnswer {
   const answer: PhaseAnswer = { kind: 'phase', phase: read.phase, word };
   if (answer.phase === 'failed') answer.error = errorFromBody(body) ?? read.error;
   if (isTerminal(answer.phase) && 'outputs' in body) answer.outputs = asOutputs(body.outputs);
+  const clientId = clientIdOf(isRecord(body.workflow) ? body.workflow.extra_data : undefined);
+  if (clientId) answer.clientId = clientId;
   return answer;
 }
 
@@ -229,6 +242,8 @@ function fromHistoryEntry(entry: Record<string, unknown>): PhaseAnswer {
   const read = readMessages(status.messages, phaseOfStatus(word));
   const answer: PhaseAnswer = { kind: 'phase', phase: read.phase, word, error: read.error };
   if (isTerminal(answer.phase) && 'outputs' in entry) answer.outputs = asOutputs(entry.outputs);
+  const clientId = clientIdOf(Array.isArray(entry.prompt) ? (entry.prompt as unknown[])[3] : undefined);
+  if (clientId) answer.clientId = clientId;
   return answer;
 }
 

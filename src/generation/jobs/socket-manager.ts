@@ -85,6 +85,9 @@ export interface SocketEvent {
 
 export type JobListener = (event: SocketEvent) => void;
 
+/** Hears every job's events, whichever job (the job-events node's tap). */
+export type EveryJobListener = (promptId: string, event: SocketEvent) => void;
+
 export interface SocketUser {
   /** A `status` event: the queue count when the service gave one. */
   onQueueStatus?(queueRemaining: number | undefined, data: Record<string, unknown>): void;
@@ -154,6 +157,8 @@ export class SocketManager {
   private readonly limits: BufferLimits;
   private readonly users = new Set<SocketUser>();
   private readonly listeners = new Map<string, Set<JobListener>>();
+  /** Listeners to every job's events; none: dispatch pays one size check. */
+  private readonly everyJob = new Set<EveryJobListener>();
   /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
   private progressWanted = 0;
   /** Frames read in this turn of the event loop (see FRAMES_PER_TURN). */
@@ -306,6 +311,15 @@ export class SocketManager {
     };
   }
 
+  /**
+   * Sends every job's events to `listener` as they come, whoever awaits them (none kept from before). It neither
+   * opens the socket nor keeps it open: register a user for that. The returned function stops it.
+   */
+  watchAll(listener: EveryJobListener): () => void {
+    this.everyJob.add(listener);
+    return () => this.everyJob.delete(listener);
+  }
+
   /** Closes for good (the config node is going); waits until the socket is fully closed. */
   async close(): Promise<void> {
     this.closed = true;
@@ -314,6 +328,7 @@ export class SocketManager {
     for (const waiter of [...this.waiters]) waiter.finish(false);
     this.kept.clear();
     this.listeners.clear();
+    this.everyJob.clear();
     await this.closeSocket();
     this.setState('closed');
     this.users.clear();
@@ -542,6 +557,8 @@ export class SocketManager {
   }
 
   private dispatch(promptId: string, event: SocketEvent): void {
+    if (this.everyJob.size > 0)
+      for (const listener of [...this.everyJob]) this.safely(() => listener(promptId, event));
     const set = this.listeners.get(promptId);
     if (set) {
       // One listener is the common case: no copy of the set per event.

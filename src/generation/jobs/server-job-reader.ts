@@ -1,0 +1,243 @@
+/**
+ * One look at a self-hosted server's jobs, whoever submitted them, for the job-events watcher (job-events.ts
+ * decides when to look): the jobs waiting and running (JobLookup.queue: `/api/jobs?status=pending,in_progress`),
+ * the list of every job newest first down to the mark (job-list.ts; the mark is the newest `create_time` of the
+ * last look, job-event-memory.ts), and for each job that ended since, `/api/jobs/{id}` (its outputs, error and
+ * client_id; JobLookup.status). Each job further on than it was is told through the teller. A look that cannot
+ * read the jobs fails whole: nothing is concluded from it, least of all that jobs are gone. No Node-RED inside.
+ */
+import type { GenerationConnection } from '../connection';
+import { jobLostError, type JobResult } from './job-life';
+import type { LookupAnswer, QueueRead, Unreadable } from './job-lookup';
+import { readJobsPage, readQueueOwners, type ListedJob, type QueueOwners } from './job-list';
+import { JobEventTeller, resultOf, type SeenJob, type SeenPhase } from './job-event-teller';
+import { Limiter } from './limiter';
+import { isTerminal, type JobPhase, type TerminalPhase } from './status-words';
+
+/** What a look made of it: whether it read the jobs, found changes, and left some for the next look. */
+export type LookOutcome =
+  | {
+      kind: 'read';
+      changed: boolean;
+      /** More ended jobs than one look reads: another look at once. */
+      more: boolean;
+      /** Some could not be read (an end, who submitted a job): another look later. */
+      incomplete: boolean;
+    }
+  | { kind: 'failed'; trouble: Unreadable };
+
+export interface ServerReadLimits {
+  /** Jobs per page of the list, and pages read at most per look. */
+  pageSize: number;
+  maxPages: number;
+  /** Ended jobs read per look. */
+  endsPerRead: number;
+  /** Failed reads of how a job ended before it is told with what the list said (or given up). */
+  endReadsMax: number;
+}
+
+interface Seen extends SeenJob {
+  phase: SeenPhase;
+  /** The list's word for an ended job. */
+  word?: JobPhase;
+  /** Among the jobs waiting or running: a job met for the first time, whatever its create_time. */
+  active: boolean;
+}
+
+const SIMULTANEOUS_READS = 4;
+
+/** The jobs a look met, each at the furthest it got: waiting and running (the queue read), and listed. */
+function seenJobs(active: Extract<QueueRead, { kind: 'read' }>, listed: ListedJob[]): Map<string, Seen> {
+  const seen = new Map<string, Seen>();
+  const meet = (id: string, job: Seen) => {
+    const before = seen.get(id);
+    if (!before) {
+      seen.set(id, job);
+      return;
+    }
+    const later =
+      job.phase === 'ended' || (job.phase === 'running' && before.phase === 'pending') ? job : before;
+    seen.set(id, {
+      ...later,
+      createdAt: before.createdAt ?? job.createdAt,
+      ran: before.ran || job.ran,
+      active: before.active || job.active,
+    });
+  };
+  for (const id of active.pending) meet(id, { phase: 'pending', ran: false, active: true });
+  for (const id of active.running) meet(id, { phase: 'running', ran: true, active: true });
+  for (const job of listed) {
+    const ended = isTerminal(job.phase);
+    meet(job.id, {
+      phase: ended ? 'ended' : job.phase === 'pending' ? 'pending' : 'running',
+      word: ended ? job.phase : undefined,
+      createdAt: job.createdAt,
+      ran: job.ran,
+      active: false,
+    });
+  }
+  return seen;
+}
+
+export class ServerJobReader {
+  private listAbsent = false;
+  private readonly failedEndReads = new Map<string, number>();
+  private readonly limiter = new Limiter(SIMULTANEOUS_READS);
+
+  constructor(
+    private readonly connection: GenerationConnection,
+    private readonly teller: JobEventTeller,
+    private readonly limits: ServerReadLimits,
+    private readonly log: (level: 'debug' | 'warn', message: string) => void,
+  ) {}
+
+  async look(signal: AbortSignal): Promise<LookOutcome> {
+    const memory = this.teller.memory;
+    const active = await this.connection.lookup.queue(signal);
+    if (active.kind !== 'read') return { kind: 'failed', trouble: active };
+    let listed: ListedJob[] = [];
+    if (!this.listAbsent) {
+      const list = await this.readList(signal);
+      if (list.kind === 'unreadable') return { kind: 'failed', trouble: list };
+      if (list.kind === 'absent') this.listAbsent = true;
+      else listed = list.jobs;
+    }
+    const seen = seenJobs(active, listed);
+    const newest = listed.reduce((max, job) => Math.max(max, job.createdAt ?? 0), 0);
+    if (!memory.begun) {
+      this.teller.begin(seen, newest);
+      return { kind: 'read', changed: false, more: false, incomplete: false };
+    }
+
+    const steps: Array<[string, Seen]> = [];
+    const ends: Array<[string, Seen | undefined]> = [];
+    for (const [id, job] of seen) {
+      // An ended job older than the mark was told, or ended before the watching began.
+      const old = job.createdAt === undefined || job.createdAt < memory.mark;
+      if (!memory.get(id) && !job.active && old) continue;
+      if (!this.teller.movedOn(id, job.phase)) continue;
+      if (job.phase === 'ended') ends.push([id, job]);
+      else steps.push([id, job]);
+    }
+    // Remembered as waiting or running, and now neither: ended, or gone.
+    for (const [id] of memory.active()) if (!seen.has(id)) ends.push([id, undefined]);
+
+    let incomplete = !(await this.tellSteps(steps, signal));
+    const now = ends.slice(0, this.limits.endsPerRead);
+    const answers = await Promise.all(
+      now.map(([id]) =>
+        this.limiter.run(() => this.connection.lookup.status(id, signal, () => Promise.resolve(active))),
+      ),
+    );
+    for (const [index, [id, job]] of now.entries()) {
+      if (!this.tellEnd(id, job, answers[index])) incomplete = true;
+    }
+    // The mark stays at the oldest job this look met as new but did not tell (more ends than a look reads, a
+    // read that failed, a submitter not known yet): the next look must meet it again.
+    let mark = newest;
+    for (const [id, job] of seen) {
+      if (job.createdAt !== undefined && job.createdAt >= memory.mark && !memory.get(id))
+        mark = Math.min(mark, job.createdAt);
+    }
+    memory.setMark(mark);
+    memory.forgetOld();
+    return {
+      kind: 'read',
+      changed: steps.length + now.length > 0,
+      more: ends.length > now.length,
+      incomplete,
+    };
+  }
+
+  /** Every job newest first, down to the mark (at most `maxPages` pages); at the very start, the first page. */
+  private async readList(
+    signal: AbortSignal,
+  ): Promise<{ kind: 'list'; jobs: ListedJob[] } | { kind: 'absent' } | Unreadable> {
+    const { pageSize, maxPages } = this.limits;
+    const memory = this.teller.memory;
+    const jobs: ListedJob[] = [];
+    for (let page = 0; page < maxPages; page++) {
+      const answer = await readJobsPage(this.connection.http, page * pageSize, pageSize, signal);
+      if (answer.kind !== 'page') return answer;
+      jobs.push(...answer.jobs);
+      const last = answer.jobs.at(-1);
+      const pastMark = !last || last.createdAt === undefined || last.createdAt < memory.mark;
+      if (!memory.begun || !answer.hasMore || pastMark) return { kind: 'list', jobs };
+    }
+    this.log(
+      'warn',
+      `graph-gen job events: more than ${pageSize * maxPages} jobs were submitted since the last look; the ones that ended further down the list are not told`,
+    );
+    return { kind: 'list', jobs };
+  }
+
+  /**
+   * Tells the jobs that got to waiting or running. With "only others", a job's submitter must be known first:
+   * the queue names it (read once, only then). False when it could not be read (those are told later).
+   */
+  private async tellSteps(steps: Array<[string, Seen]>, signal: AbortSignal): Promise<boolean> {
+    steps.sort(([, a], [, b]) => (a.createdAt ?? Infinity) - (b.createdAt ?? Infinity));
+    let owners: QueueOwners | undefined;
+    let complete = true;
+    for (const [id, job] of steps) {
+      let own = this.teller.ownerOf(id);
+      if (own === undefined && this.teller.needsOwner(['queued', 'started'])) {
+        owners ??= await readQueueOwners(this.connection.http, this.connection.limits.listBytes, signal);
+        if (owners.kind === 'read' && owners.owners.has(id))
+          own = owners.owners.get(id) === this.teller.clientId;
+        else if (owners.kind !== 'read') complete = false;
+        if (own === undefined) continue;
+      }
+      this.teller.advance(id, job.phase === 'running' ? 'started' : 'queued', job, own);
+    }
+    return complete;
+  }
+
+  /** Tells how a job ended, from its read; false when that could not be read (tried again later). */
+  private tellEnd(id: string, job: Seen | undefined, answer: LookupAnswer): boolean {
+    const known = this.teller.memory.get(id);
+    const seen: SeenJob = { createdAt: job?.createdAt ?? known?.createdAt, ran: job?.ran ?? true };
+    const owner = this.teller.ownerOf(id);
+    if (answer.kind === 'phase' && !isTerminal(answer.phase)) {
+      // It waits or runs after all (it moved between the reads): told as that.
+      if (owner !== undefined || !this.teller.needsOwner(['queued', 'started']))
+        this.teller.advance(id, answer.phase === 'running' ? 'started' : 'queued', seen, owner);
+      return true;
+    }
+    if (answer.kind === 'phase') {
+      this.failedEndReads.delete(id);
+      const own = answer.clientId !== undefined ? answer.clientId === this.teller.clientId : (owner ?? false);
+      this.teller.end(id, resultOf(id, answer.phase as TerminalPhase, answer), seen, own);
+      return true;
+    }
+    const listedEnd = job?.word && isTerminal(job.word) ? job.word : undefined;
+    if (answer.kind === 'unknown') {
+      // No route knows it any more. The list said how it ended (its history was deleted since); else it was
+      // taken out of the queue before it ran (a cancel), or it was running when the server restarted.
+      const ran = listedEnd ? seen.ran : known?.step === 'started';
+      const result: JobResult = listedEnd
+        ? resultOf(id, listedEnd, {})
+        : ran
+          ? { prompt_id: id, status: 'failed', error: jobLostError(id) }
+          : { prompt_id: id, status: 'cancelled' };
+      this.teller.end(id, result, { ...seen, ran }, owner ?? false);
+      return true;
+    }
+    const failures = (this.failedEndReads.get(id) ?? 0) + 1;
+    if (failures < this.limits.endReadsMax) {
+      this.failedEndReads.set(id, failures);
+      return false;
+    }
+    this.failedEndReads.delete(id);
+    if (listedEnd) {
+      this.teller.end(id, resultOf(id, listedEnd, {}), seen, owner ?? false);
+    } else {
+      this.log(
+        'warn',
+        `graph-gen job events: job ${id} left the queue, but how it ended cannot be read (${answer.message}): it is not told`,
+      );
+      this.teller.giveUp(id);
+    }
+    return true;
+  }
+}
