@@ -143,6 +143,42 @@ describe('graph-gen-await-job', () => {
     ]);
   });
 
+  it('a job awaited again after it ended lists all its files, though the first await listed saved ones only', async () => {
+    const graph = workflow({ 10: { class_type: 'PreviewImage', inputs: { images: ['2', 0] } } });
+    const extra = [
+      {
+        id: 'await2',
+        z: 'f1',
+        x: 100,
+        y: 200,
+        type: 'graph-gen-await-job',
+        server: 'cfg',
+        timeout: '0',
+        timeoutType: 'num',
+        progress: false,
+        wires: [['done2']],
+      },
+      { id: 'done2', z: 'f1', x: 1, y: 1, type: 'helper' },
+    ];
+    await helper.load(
+      [configNode, awaitNode, catchNode],
+      awaitFlow(sandbox, { filesFrom: 'saved' }, extra),
+      { cfg: { apiKey: KEY } },
+    );
+    const connection = helper.getNode('cfg').connection;
+    const done = collect('done');
+    const done2 = collect('done2');
+    assert.equal(await connection.sockets().ready(5000), true);
+    const job = sandbox.jobs.submit(graph, connection.clientId);
+    helper.getNode('await').receive({ prompt_id: job.id });
+    const first = await done.next();
+    helper.getNode('await2').receive({ prompt_id: job.id });
+    const second = await done2.next();
+    const types = (msg) => msg.payload.files.map((file) => file.type);
+    assert.deepEqual(types(first), ['output']);
+    assert.deepEqual(types(second), ['output', 'temp'], 'the remembered result was not changed by the first await');
+  });
+
   it('takes msg.payload.prompt_id, and refuses a msg without a prompt id where a Catch node sees it', async () => {
     const { node, connection, done, caught } = await load();
     await connection.sockets().ready(5000);

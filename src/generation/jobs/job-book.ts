@@ -310,8 +310,9 @@ export class JobBook implements LifeHost {
     // Kept for later awaits; not a lost or refused end, which a later check may see otherwise.
     if (life.state === 'completed' || life.state === 'failed' || life.state === 'cancelled')
       this.results.set(life.promptId, result);
-    // Each await gets its own copy when there are several: a node changes its result's `files`.
-    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? result : structuredClone(result)));
+    // Each await gets its own copy: a node sets its result's `files`, which must not change the one kept for
+    // later awaits. The first a shallow one (the node replaces properties, never changes them inside).
+    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? { ...result } : structuredClone(result)));
   }
 
   cancelledHere(promptId: string): boolean {
