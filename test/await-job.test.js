@@ -160,11 +160,9 @@ describe('graph-gen-await-job', () => {
       },
       { id: 'done2', z: 'f1', x: 1, y: 1, type: 'helper' },
     ];
-    await helper.load(
-      [configNode, awaitNode, catchNode],
-      awaitFlow(sandbox, { filesFrom: 'saved' }, extra),
-      { cfg: { apiKey: KEY } },
-    );
+    await helper.load([configNode, awaitNode, catchNode], awaitFlow(sandbox, { filesFrom: 'saved' }, extra), {
+      cfg: { apiKey: KEY },
+    });
     const connection = helper.getNode('cfg').connection;
     const done = collect('done');
     const done2 = collect('done2');
@@ -176,7 +174,11 @@ describe('graph-gen-await-job', () => {
     const second = await done2.next();
     const types = (msg) => msg.payload.files.map((file) => file.type);
     assert.deepEqual(types(first), ['output']);
-    assert.deepEqual(types(second), ['output', 'temp'], 'the remembered result was not changed by the first await');
+    assert.deepEqual(
+      types(second),
+      ['output', 'temp'],
+      'the remembered result was not changed by the first await',
+    );
   });
 
   it('takes msg.payload.prompt_id, and refuses a msg without a prompt id where a Catch node sees it', async () => {
