@@ -5,43 +5,21 @@
  * Node-RED was down) has its journal removed. Writes are batched (persist/journal.ts): one per await and end at
  * most, fewer in a burst, never one per event.
  */
-import { readdirSync } from 'node:fs';
-import path from 'node:path';
 import type { NodeAPI } from 'node-red';
 import { Journal } from '../persist/journal';
 import { keptMessage, restoredMessage, type KeptAwait } from '../generation/jobs/kept-awaits';
-import { stateFolder } from './node-state';
+import { nodeFile, sweepNodeFiles } from './node-state';
 
 const PREFIX = 'await-job-';
 const SUFFIX = '.jsonl';
-
-/** Journals of await-job nodes that are not in the flows any more are removed (a few files' names, each start). */
-function sweepOrphans(RED: NodeAPI, folder: string): void {
-  const present = new Set<string>();
-  RED.nodes.eachNode((config) => {
-    if (config.type === 'graph-gen-await-job') present.add(config.id);
-  });
-  let names: string[];
-  try {
-    names = readdirSync(folder);
-  } catch {
-    return;
-  }
-  for (const name of names) {
-    if (!name.startsWith(PREFIX) || !name.endsWith(SUFFIX)) continue;
-    const id = name.slice(PREFIX.length, -SUFFIX.length);
-    if (!present.has(id)) void Journal.open(path.join(folder, name)).then((journal) => journal.destroy());
-  }
-}
 
 /** One node's kept awaits, keyed per msg (one job may be awaited by several msgs). */
 export class KeptAwaits {
   private constructor(private readonly journal: Journal<KeptAwait>) {}
 
   static async open(RED: NodeAPI, nodeId: string, log: (message: string) => void): Promise<KeptAwaits> {
-    const folder = stateFolder(RED);
-    sweepOrphans(RED, folder);
-    const journal = await Journal.open<KeptAwait>(path.join(folder, `${PREFIX}${nodeId}${SUFFIX}`), { log });
+    sweepNodeFiles(RED, 'graph-gen-await-job', PREFIX, SUFFIX);
+    const journal = await Journal.open<KeptAwait>(nodeFile(RED, PREFIX, nodeId, SUFFIX), { log });
     return new KeptAwaits(journal);
   }
 

@@ -62,16 +62,11 @@ function fileId(nodeId: string): string {
   return nodeId.replace(/[^\w.-]/g, '_');
 }
 
-/** Kinds of node files already swept in this runtime. */
-const swept = new Set<string>();
-
 /**
- * Once per runtime and kind: the files (`nodeFile`) of nodes of `type` that are not in the flows any more
- * (removed while Node-RED was down) are removed.
+ * The files (`nodeFile`) of nodes of `type` that are not in the flows any more (removed while Node-RED was
+ * down) are removed. Called as such a node starts: a look at a few names in one folder.
  */
 export function sweepNodeFiles(RED: NodeAPI, type: string, prefix: string, suffix: string): void {
-  if (swept.has(prefix)) return;
-  swept.add(prefix);
   const present = new Set<string>();
   RED.nodes.eachNode((config) => {
     if (config.type === type) present.add(fileId(config.id));

@@ -9,11 +9,8 @@
 import type { NodeAPI } from 'node-red';
 import type { Request, RequestHandler, Response } from 'express';
 import { GENERATION_LIMITS, type GenerationConnection } from '../generation/connection';
-import {
-  DIALOG_DEFINITIONS,
-  dialogClient,
-  type DefinitionsSource,
-} from '../generation/workflows/definitions-cache';
+import { dialogClient } from '../generation/dialog-client';
+import { DIALOG_DEFINITIONS, type DefinitionsSource } from '../generation/workflows/definitions-cache';
 import {
   checkedWorkflowName,
   listSavedWorkflows,

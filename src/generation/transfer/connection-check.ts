@@ -2,11 +2,9 @@
  * The config dialog's "test connection": one quick call to the service with the typed or stored credentials,
  * TLS settings and proxy, answered as a sentence a user can act on. No Node-RED inside.
  */
-import { Credential, type AuthSettings } from '../../http/auth';
-import { HttpClient, failedOnTheWay } from '../../http/client';
+import { failedOnTheWay } from '../../http/client';
 import { ServiceError } from '../../http/errors';
-import { checkedProxy } from '../../http/proxy';
-import type { TransportSettings } from '../../http/transport';
+import { dialogClient, type DialogTarget } from '../dialog-client';
 
 export interface ConnectionCheck {
   ok: boolean;
@@ -16,48 +14,21 @@ export interface ConnectionCheck {
 }
 
 /** What to test: the address, how requests prove who sends them, TLS and proxy. */
-export interface CheckTarget {
-  baseUrl: string;
-  /** The API key, when `auth` is absent (the API-key scheme). */
-  apiKey?: string;
-  auth?: AuthSettings;
-  transport?: TransportSettings;
-}
+export type CheckTarget = DialogTarget;
 
 const CHECK_TIMEOUT_MS = 10_000;
+/** A person pressed the button: one try, its answer at once. */
+const NO_RETRY = { attempts: 1, baseDelayMs: 0, maxDelayMs: 0 };
 
 /** Lists the queue (falling back to object_info when a server has no queue route) and says what happened. */
 export async function checkConnection(target: CheckTarget): Promise<ConnectionCheck> {
-  let address: URL;
+  let opened: ReturnType<typeof dialogClient>;
   try {
-    address = new URL(target.baseUrl);
-    if (address.protocol !== 'http:' && address.protocol !== 'https:') throw new Error('not http');
-  } catch {
-    return {
-      ok: false,
-      code: 'invalid_input',
-      message: 'The base address is not an http(s) address, e.g. https://gen.example.com.',
-    };
-  }
-  let credential: Credential;
-  try {
-    checkedProxy(target.transport?.proxy);
-    credential = Credential.from(target.auth ?? { scheme: 'apiKey', secret: target.apiKey });
+    opened = dialogClient(target, { retry: NO_RETRY, timeoutMs: CHECK_TIMEOUT_MS });
   } catch (error) {
-    return {
-      ok: false,
-      code: 'invalid_input',
-      message: `The settings cannot be used: ${(error as Error).message}.`,
-    };
+    return { ok: false, code: 'invalid_input', message: (error as Error).message };
   }
-  const client = new HttpClient({
-    baseUrl: address.href,
-    credential,
-    transport: target.transport,
-    serviceName: 'the generation service',
-    retry: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0 },
-    timeoutMs: CHECK_TIMEOUT_MS,
-  });
+  const { http: client, host, credential } = opened;
   try {
     const queue = await client.json('/api/queue', { acceptStatus: [404], action: 'listing the queue' });
     if (queue.status === 404) await client.json('/api/object_info', { action: 'reading node definitions' });
@@ -65,8 +36,8 @@ export async function checkConnection(target: CheckTarget): Promise<ConnectionCh
       ok: true,
       code: 'ok',
       message: credential.isSet
-        ? `Connected: ${address.host} answered and accepted ${credential.name}.`
-        : `Connected: ${address.host} answered (no API key set, so it is used as a self-hosted server).`,
+        ? `Connected: ${host} answered and accepted ${credential.name}.`
+        : `Connected: ${host} answered (no API key set, so it is used as a self-hosted server).`,
     };
   } catch (error) {
     const serviceError =
@@ -74,10 +45,10 @@ export async function checkConnection(target: CheckTarget): Promise<ConnectionCh
         ? error
         : new ServiceError('network', client.cleanForReport(String(error)));
     const sentences: Partial<Record<string, string>> = {
-      unauthorized: credential.refusedBy(address.host),
+      unauthorized: credential.refusedBy(host),
       network: failedOnTheWay(serviceError)
         ? `${capitalised(serviceError.message)}.`
-        : `${address.host} could not be reached: check the address and that the service is running.`,
+        : `${host} could not be reached: check the address and that the service is running.`,
     };
     return {
       ok: false,

@@ -7,11 +7,10 @@
  * Node-RED inside.
  */
 import { createHash } from 'node:crypto';
-import { Credential, type AuthSettings } from '../../http/auth';
-import { HttpClient, failedOnTheWay } from '../../http/client';
+import { DIALOG_WAIT_MS, dialogClient, type DialogTarget } from '../dialog-client';
+import type { Credential } from '../../http/auth';
+import { failedOnTheWay } from '../../http/client';
 import { ServiceError } from '../../http/errors';
-import { checkedProxy } from '../../http/proxy';
-import type { TransportSettings } from '../../http/transport';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { GenerationConnection } from '../connection';
 import { GenerationRestClient } from '../transfer/rest-client';
@@ -20,16 +19,9 @@ import type { NodeTypeDefinition } from './workflow';
 export type NodeDefinitions = Record<string, NodeTypeDefinition>;
 
 /** Where to read definitions from: the settings of one config node (as deployed, or as typed in its dialog). */
-export interface DefinitionsSource {
+export interface DefinitionsSource extends DialogTarget {
   /** The config node's id ('' for one that has none yet). */
   configId: string;
-  baseUrl: string;
-  /** The API key, when `auth` is absent (the API-key scheme). */
-  apiKey?: string;
-  /** How requests prove who sends them (absent: the API-key scheme with `apiKey`). */
-  auth?: AuthSettings;
-  /** TLS settings and proxy. */
-  transport?: TransportSettings;
   /** The largest answer read (object_info of a server with many custom nodes runs to megabytes). */
   maxBytes?: number;
 }
@@ -63,7 +55,7 @@ export const DIALOG_DEFINITIONS = {
   /** Anyone who may open a dialog may press Refresh: each read is a download of megabytes for the server. */
   refreshLimitMs: 10_000,
   /** A server that does not answer gets a sentence, not a hung form. */
-  waitMs: 30_000,
+  waitMs: DIALOG_WAIT_MS,
 };
 
 /** A failed read as a ServiceError of the same code whose message is the sentence a dialog shows. */
@@ -114,45 +106,6 @@ export async function connectionDefinitions(
   } finally {
     clearTimeout(timer);
   }
-}
-
-/**
- * A client for a dialog's requests to the server that typed settings name (the caller closes it): the key sent
- * as the config node sends it, one quick retry at most, each request bounded by `DIALOG_DEFINITIONS.waitMs`
- * (a person is waiting at the dialog). An address that is not http(s) is refused with a sentence.
- */
-export function dialogClient(source: Pick<DefinitionsSource, 'baseUrl' | 'apiKey' | 'auth' | 'transport'>): {
-  http: HttpClient;
-  host: string;
-  credential: Credential;
-} {
-  let address: URL;
-  try {
-    address = new URL(source.baseUrl.trim());
-    if (address.protocol !== 'http:' && address.protocol !== 'https:') throw new Error('not http');
-  } catch {
-    throw new ServiceError(
-      'invalid_input',
-      'The base address is not an http(s) address, e.g. https://gen.example.com: set it in the config node.',
-    );
-  }
-  let credential: Credential;
-  try {
-    checkedProxy(source.transport?.proxy);
-    credential = Credential.from(source.auth ?? { scheme: 'apiKey', secret: source.apiKey });
-  } catch (error) {
-    throw new ServiceError('invalid_input', `${(error as Error).message}.`);
-  }
-  const http = new HttpClient({
-    baseUrl: address.href,
-    credential,
-    transport: source.transport,
-    serviceName: 'the generation service',
-    retry: { attempts: 2, baseDelayMs: 200, maxDelayMs: 500 },
-    timeoutMs: DIALOG_DEFINITIONS.waitMs,
-    totalTimeoutMs: DIALOG_DEFINITIONS.waitMs,
-  });
-  return { http, host: address.host, credential };
 }
 
 /** An object_info answer read once, with the caller's limits; failures become a ServiceError with a sentence. */
