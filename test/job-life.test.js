@@ -232,6 +232,36 @@ describe("a job's life", () => {
     await until(() => sockets.stats.socketsOpened === 2, 'the socket to be opened again', 3000);
   }).timeout(40000);
 
+  it('a job awaited on a socket that was already silent (no event ever comes) is noticed too: its end within 20 s', async () => {
+    // As after Node-RED restarts with its kept socket id (a resumed await): the server may drop the new
+    // socket as it forgets the old one, before any event of the job reached it.
+    const { sandbox, connection, tracker } = await setUp({
+      timings: JobBook.defaultTimings,
+      sandboxOptions: { events: { stepDelayMs: 150 } },
+    });
+    const sockets = connection.sockets();
+    await sockets.ready(5000);
+    const slow = (id) => ({ class_type: 'SandboxSlow', inputs: { ms: 1000 }, id });
+    const intruder = new WebSocket(
+      `${sandbox.url.replace(/^http/, 'ws')}/ws?clientId=${connection.clientId}`,
+    );
+    await new Promise((resolve) => intruder.once('open', resolve));
+    intruder.close();
+    await sleep(200);
+    const job = sandbox.jobs.submit(
+      workflow({ 4: slow(4), 5: slow(5), 6: slow(6), 7: slow(7), 8: slow(8), 10: slow(10) }),
+      connection.clientId,
+    );
+    await until(() => job.state === 'in_progress', 'the job to run');
+    const pending = tracker.track(job.id);
+    await until(() => job.state === 'completed', 'the job to end', 15000);
+    const ended = Date.now();
+    const result = await within(pending, 20000);
+    assert.equal(result?.status, 'completed', JSON.stringify(result));
+    assert.ok(Date.now() - ended < 20000);
+    await until(() => sockets.stats.socketsOpened === 2, 'the socket to be opened again', 3000);
+  }).timeout(60000);
+
   describe('cancel says what it did (nodes)', () => {
     let sandbox;
     before(async () => helper.startServer());

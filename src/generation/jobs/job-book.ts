@@ -12,8 +12,9 @@
  *   deleted from the queue sends no event);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
- *   events have been apart (a server that dropped the socket from its table, Comfy-Org/ComfyUI#16010): if the
- *   job moved on meanwhile, the socket is opened again;
+ *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
+ *   that dropped the socket from its table, Comfy-Org/ComfyUI#16010; after a restart that may happen before a
+ *   resumed job's first event): if the job moved on meanwhile, the socket is opened again;
  * - while the socket is down: every job, at a growing interval;
  * - whenever a life asks (an answer to confirm, one that could not be read, a run that is over).
  * Past 400 lines: every reason to ask the server lives here, so "when is a job checked" has one answer.
@@ -524,7 +525,8 @@ export class JobBook implements LifeHost {
 
   /**
    * Once a second while jobs run: a running job whose events have stopped while the whole socket is silent
-   * for 4x the widest gap between its events so far (within silentMinMs..silentMaxMs) is checked. If it moved
+   * for 4x the widest gap between its events so far (within silentMinMs..silentMaxMs; silentMaxMs for a job
+   * known to run from a check but with no event yet) is checked. If it moved
    * on without a frame arriving meanwhile, the server no longer sends to this socket: it is opened again. A job
    * still running (a long node) doubles its wait, up to the quiet period.
    */
@@ -559,10 +561,14 @@ export class JobBook implements LifeHost {
         watch.silenceBackoff = 1;
       }
       const { silentMinMs, silentMaxMs, quietCheckMs } = this.timings;
-      const usual = Math.min(silentMaxMs, Math.max(silentMinMs, 4 * watch.widestGap));
+      // Known to run from a check with no event seen (a resumed await, another client's job), silent since it
+      // was attached: no gap to go by, so the longest usual wait.
+      const usual =
+        watch.seenEvents > 0
+          ? Math.min(silentMaxMs, Math.max(silentMinMs, 4 * watch.widestGap))
+          : silentMaxMs;
       const limit = Math.min(quietCheckMs, usual * watch.silenceBackoff);
       if (
-        watch.seenEvents > 0 &&
         now - this.lastFrameAt >= limit &&
         now - watch.lastEventAt >= limit &&
         now - watch.silenceCheckedAt >= limit
