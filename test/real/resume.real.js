@@ -123,11 +123,19 @@ describe('real ComfyUI: awaits resume after Node-RED restarts (a real Node-RED p
 
   /** Submits a long job through the flow; resolves to its prompt id once the server runs it. */
   async function submitRunning(name) {
-    const answer = await fetch(`${nodeRed.url}go`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ workflow: longJob(prefix(name), { blurs: 4 }), mine: 42 }),
-    });
+    // Node-RED answers its port before the flows (and their /go route) have started: a 404 until then.
+    const answer = await until(
+      async () => {
+        const tried = await fetch(`${nodeRed.url}go`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ workflow: longJob(prefix(name), { blurs: 4 }), mine: 42 }),
+        });
+        return tried.status === 404 ? undefined : tried;
+      },
+      'the flows to start',
+      15_000,
+    );
     assert.equal(answer.status, 200, await answer.clone().text());
     const { prompt_id: id } = await answer.json();
     made.add(id);
