@@ -91,7 +91,9 @@ describe('real ComfyUI: awaits resume after Node-RED restarts (a real Node-RED p
   let nodeRed;
 
   async function startNodeRed() {
-    nodeRed = await start.startNodeRed({ userDir, port, stdio: ['ignore', 'ignore', 'ignore'] });
+    // RESUME_LOG=1 shows Node-RED's own log (what it resumed, and when).
+    const out = process.env.RESUME_LOG ? 'inherit' : 'ignore';
+    nodeRed = await start.startNodeRed({ userDir, port, stdio: ['ignore', out, out] });
   }
 
   /** Ends Node-RED with `signal`, and waits until it is gone. */
@@ -140,6 +142,14 @@ describe('real ComfyUI: awaits resume after Node-RED restarts (a real Node-RED p
     const { prompt_id: id } = await answer.json();
     made.add(id);
     await jobReaches(id, 'in_progress', 60_000);
+    // A kill loses what was not yet written: the await is kept (README: graph-gen/await-job-<id>.jsonl) within
+    // milliseconds of its start, and a kill inside those milliseconds is not what this test is about.
+    const keptFile = path.join(userDir, 'graph-gen', 'await-job-await.jsonl');
+    await until(
+      () => (fs.existsSync(keptFile) && fs.readFileSync(keptFile, 'utf8').includes(id) ? true : undefined),
+      'the await to be kept',
+      5_000,
+    );
     return id;
   }
 
