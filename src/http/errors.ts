@@ -240,11 +240,6 @@ function holdsAnyForm(value: unknown, forms: readonly string[]): boolean {
 }
 
 /**
- * `value` with every secret replaced by `***`, in strings and property names, at any depth, as written and
- * in the forms of `secretForms`. Addresses are left whole (an image address in a workflow is data). A value
- * that holds no secret is returned as it is; otherwise a copy (the value itself is never changed).
- */
-/**
  * The searches for a set of secrets, their forms worked out once (a socket reads thousands of frames a second):
  * in a text, in a parsed value, and in the JSON text a value was parsed from.
  */
@@ -297,6 +292,11 @@ export class SecretSearch {
 /** The JSON escapes that can stand for a character of an ordinary key. */
 const HIDING_ESCAPE = /\\(?:u|\/)/;
 
+/**
+ * `value` with every secret replaced by `***`, in strings and property names, at any depth, as written and
+ * in the forms of `secretForms`. Addresses are left whole (an image address in a workflow is data). A value
+ * that holds no secret is returned as it is; otherwise a copy (the value itself is never changed).
+ */
 export function removeSecrets<T>(value: T, secrets: ReadonlyArray<string | undefined>): T {
   const forms = secretForms(secrets);
   if (forms.length === 0 || !holdsAnyForm(value, forms)) return value;
