@@ -2,8 +2,14 @@
  * Values that came in with a message, as a sentence shows them and as JSON would carry them. A msg property
  * may be anything a flow built: an object that refers to itself, a BigInt, a huge array. JSON.stringify
  * throws on the first two ("Converting circular structure to JSON") and costs as much as the third is large,
- * so neither is called on such a value for a sentence. No Node-RED inside.
+ * so neither is called on such a value for a sentence. Also the one check that a value is an object (not null,
+ * not an array) that readers of answers and msgs share. No Node-RED inside.
  */
+
+/** A JSON object (not null, not an array): what an answer's or a msg's object-shaped parts are checked with. */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
 
 /** Text values are shown up to this many characters. */
 const SHOWN_TEXT = 60;

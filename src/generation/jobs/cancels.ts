@@ -9,7 +9,7 @@
  */
 import { ServiceError } from '../../http/errors';
 import type { HttpClient } from '../../http/client';
-import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
+import { lacksRoute, phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
 import { RecentMap } from './recent-map';
 
 /**
@@ -159,7 +159,7 @@ async function cancelOne(
     if (error instanceof ServiceError && error.code === 'unauthorized') throw error;
     return { kind: 'unconfirmed', body: undefined };
   }
-  if (answer.status === 405 || (answer.status === 404 && !answer.json)) return 'missing';
+  if (lacksRoute(answer)) return 'missing';
   const cancelled = (answer.body as { cancelled?: unknown } | undefined)?.cancelled;
   if (answer.status === 200 && cancelled === true) return { kind: 'cancelled', body: answer.body };
   // `false`: it ended already, or the server does not know it.

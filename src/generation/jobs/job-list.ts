@@ -7,9 +7,10 @@
  * a body of another shape unreadable, never "no jobs". No Node-RED inside.
  */
 import type { HttpClient } from '../../http/client';
-import { unreadableOf, type Unreadable } from './job-lookup';
+import { clientIdOf, lacksRoute, unreadableOf, type Unreadable } from './job-lookup';
 import { promptIdOfQueueElement } from '../transfer/rest-client';
 import { phaseOfStatus, type JobPhase } from './status-words';
+import { isRecord } from '../../json-values';
 
 /** One job of the list: its id, where it stands, when it was submitted, and whether it ever ran. */
 export interface ListedJob {
@@ -32,10 +33,6 @@ export type QueueOwners = { kind: 'read'; owners: Map<string, string | undefined
 
 /** A job id as a server may give it: a string a key can hold, not a whole document. */
 const MAX_ID_LENGTH = 256;
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return !!value && typeof value === 'object' && !Array.isArray(value);
-}
 
 function listedJobOf(entry: unknown): ListedJob | undefined {
   if (!isRecord(entry)) return undefined;
@@ -85,7 +82,7 @@ export async function readJobsPage(
     if (signal?.aborted) throw error;
     return unreadableOf(error);
   }
-  if (answer.status === 405 || (answer.status === 404 && !answer.json)) return { kind: 'absent' };
+  if (lacksRoute(answer)) return { kind: 'absent' };
   const page = answer.status < 300 ? jobsPageOf(answer.body) : undefined;
   return (
     page ?? {
@@ -106,8 +103,7 @@ function ownerOf(element: unknown): string | undefined {
         ? element
         : element.extra_data
       : undefined;
-  const id = isRecord(extra) ? extra.client_id : undefined;
-  return typeof id === 'string' && id.length > 0 && id.length <= MAX_ID_LENGTH ? id : undefined;
+  return clientIdOf(extra);
 }
 
 /**

@@ -22,6 +22,7 @@ import { ServiceError } from '../../http/errors';
 import { setOwn, type JobOutputs } from './job-outputs';
 import { promptIdOfQueueElement, promptIdsOf } from '../transfer/rest-client';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
+import { isRecord } from '../../json-values';
 
 export interface ExecutionError {
   exception_type: string;
@@ -154,10 +155,6 @@ export function executionError(data: unknown): ExecutionError {
   };
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return !!value && typeof value === 'object' && !Array.isArray(value);
-}
-
 /** An own property only: a prompt id of `__proto__` must not read Object.prototype. */
 function own(record: Record<string, unknown>, key: string): unknown {
   return Object.hasOwn(record, key) ? record[key] : undefined;
@@ -202,7 +199,7 @@ function asOutputs(value: unknown): JobOutputs | undefined {
 type PhaseAnswer = Extract<LookupAnswer, { kind: 'phase' }>;
 
 /** The `client_id` of a submit's `extra_data`, when it is a plausible one (ids are compared, never shown). */
-function clientIdOf(extraData: unknown): string | undefined {
+export function clientIdOf(extraData: unknown): string | undefined {
   const id = isRecord(extraData) ? extraData.client_id : undefined;
   return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : undefined;
 }
@@ -253,6 +250,14 @@ type RouteAnswer =
   | { kind: 'missing' }
   | { kind: 'body'; body: unknown }
   | Unreadable;
+
+/**
+ * Whether an answer says the server lacks the route: a 405, or a 404 whose body is not JSON (a self-hosted
+ * server's framework page `404: Not Found`; a route that exists answers its own 404 in JSON).
+ */
+export function lacksRoute(answer: { status: number; json: boolean }): boolean {
+  return answer.status === 405 || (answer.status === 404 && !answer.json);
+}
 
 /** A failed request as an answer: refused, rate limited, or failed. */
 export function unreadableOf(error: unknown): Unreadable {
@@ -426,7 +431,7 @@ export class JobLookup {
       if (signal?.aborted) throw error;
       return unreadableOf(error);
     }
-    if (answer.status === 405 || (answer.status === 404 && !answer.json)) {
+    if (lacksRoute(answer)) {
       this.absent.add('jobs_list');
       return undefined;
     }
@@ -492,7 +497,7 @@ export class JobLookup {
       if (signal?.aborted) throw error;
       return unreadableOf(error);
     }
-    if (answer.status === 405 || (answer.status === 404 && !answer.json)) {
+    if (lacksRoute(answer)) {
       this.absent.add(route);
       return { kind: 'absent' };
     }

@@ -3,6 +3,7 @@
  * graph editor does when it builds a node: which inputs it has, in which order, which of them are widgets
  * (values kept in `widgets_values`) and which are sockets only. Pure functions, no I/O.
  */
+import { isRecord } from '../../json-values';
 
 export interface InputSpec {
   name: string;
@@ -32,10 +33,6 @@ const WIDGET_TYPES = new Set(['INT', 'FLOAT', 'STRING', 'BOOLEAN', 'COMBO']);
  * extra entry too.
  */
 const LEGACY_SEED_NAMES = new Set(['seed', 'noise_seed']);
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
 
 function numberOrUndefined(value: unknown): number | undefined {
   return typeof value === 'number' && Number.isFinite(value) ? value : undefined;

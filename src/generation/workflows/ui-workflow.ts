@@ -10,6 +10,7 @@ import { invalidInput } from '../../http/errors';
 import { resolveDynamicPrompt } from './dynamic-prompt';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { Workflow, WorkflowNode } from './workflow';
+import { isRecord } from '../../json-values';
 
 /** Node modes the editor saves: 0 always, 1 on event, 3 on trigger (all run), 2 never (muted), 4 bypass. */
 const MODE_MUTED = 2;
@@ -66,10 +67,6 @@ type Step = Source | { kind: 'follow'; linkId: string; type: string };
 export interface ConvertOptions {
   /** Chooses among `{a|b}` options of dynamic-prompt text (Math.random by default, as the editor does). */
   random?: () => number;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 function idText(value: unknown): string | undefined {

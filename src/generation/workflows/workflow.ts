@@ -7,6 +7,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { invalidInput } from '../../http/errors';
 import { inputSpecsOf } from './node-definitions';
+import { isRecord } from '../../json-values';
 
 export interface WorkflowNode {
   class_type?: string;
@@ -23,10 +24,6 @@ export type InputOverrides = Record<string, Record<string, unknown>>;
 export interface NodeTypeDefinition {
   input?: { required?: Record<string, unknown>; optional?: Record<string, unknown> };
   api_node?: boolean;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
 /** A workflow from an object or JSON text; undefined when the value is neither (so a setting may be used). */
