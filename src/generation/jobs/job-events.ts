@@ -237,13 +237,13 @@ export class JobEvents {
     if (this.closed) return;
     if (outcome.kind === 'failed') {
       this.trouble = outcome.trouble;
-      this.retryDelay = Math.min(this.timings.retryMaxMs, this.retryDelay * 2 || this.timings.retryMs);
+      const delay = this.backOff();
       this.warnOnce(
         outcome.trouble.message,
         `graph-gen job events: the server's jobs cannot be read (${outcome.trouble.message}); trying again, ever slower, up to every ${Math.round(this.timings.retryMaxMs / 1000)} s`,
       );
       this.showState();
-      this.request(Math.max(this.retryDelay, outcome.trouble.retryAfterMs ?? 0));
+      this.request(Math.max(delay, outcome.trouble.retryAfterMs ?? 0));
       return;
     }
     this.trouble = undefined;
@@ -258,13 +258,18 @@ export class JobEvents {
       this.connection.sockets().reopen();
     }
     if (outcome.incomplete) {
-      this.retryDelay = Math.min(this.timings.retryMaxMs, this.retryDelay * 2 || this.timings.retryMs);
-      this.request(this.retryDelay);
+      this.request(this.backOff());
     } else {
       this.retryDelay = 0;
       if (this.again || outcome.more) this.request();
       else this.followUp();
     }
+  }
+
+  /** The wait before trying again: `retryMs`, doubling up to `retryMaxMs` (back to 0 after a full look). */
+  private backOff(): number {
+    this.retryDelay = Math.min(this.timings.retryMaxMs, this.retryDelay * 2 || this.timings.retryMs);
+    return this.retryDelay;
   }
 
   /** The cloud: the jobs waiting and running (for `queued`, and for jobs whose start the socket missed). */
