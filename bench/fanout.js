@@ -274,25 +274,15 @@ async function runOurs(child, jobs) {
   const { JobTracker } = require('../dist/generation/jobs/job-tracker');
   const connection = new GenerationConnection({ baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' });
   const sockets = connection.sockets();
-  // The send time the sandbox stamped into each job's execution_success (read, not timed, here).
-  const sentAt = new Map();
-  const subscribe = sockets.subscribe.bind(sockets);
-  sockets.subscribe = (promptId, listener, options) =>
-    subscribe(
-      promptId,
-      (event) => {
-        if (event.type === 'execution_success') sentAt.set(promptId, event.data.sent_at);
-        listener(event);
-      },
-      options,
-    );
   // As an await-job node without progress output holds it (the Node-RED side's await-job is the same).
   const tracker = new JobTracker(connection, { progress: PROGRESS });
   if (!(await sockets.ready(5000))) throw new Error('the socket did not open');
   // Submitted as the submit node does, then awaited as the await-job node does.
   const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
   const before = await child.call('stats');
-  const latencies = [];
+  // When each result reached the caller; after the run, less the sandbox's send time of the job's
+  // execution_success (its stamps, over IPC): the shipped code runs untouched.
+  const endedAt = new Map();
   let completed = 0;
   let outputs = 0;
   let settled = 0;
@@ -305,8 +295,7 @@ async function runOurs(child, jobs) {
       .track(id, {
         // onEnd is where the await-job node sends its output msg.
         onEnd: (result) => {
-          const at = sentAt.get(id);
-          if (at !== undefined) latencies.push(clock() - at);
+          endedAt.set(id, clock());
           if (result.status === 'completed') completed += 1;
           outputs += result.files?.length ?? 0;
         },
@@ -325,6 +314,9 @@ async function runOurs(child, jobs) {
   const cpuUsed = cpuMs(cpu);
   const gcUsed = GC.read();
   const after = await child.call('stats');
+  const { stamps } = await child.call('stamps');
+  const latencies = [];
+  for (const [id, at] of endedAt) if (stamps[id] !== undefined) latencies.push(at - stamps[id]);
   const result = {
     timeMs,
     cpuMs: cpuUsed,

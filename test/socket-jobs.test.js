@@ -40,7 +40,7 @@ describe('job tracking against the sandbox', () => {
     assert.equal(await other.sockets().ready(5000), true);
     const seenByOther = [];
     const job = sandbox.jobs.submit(workflow(), connection.clientId);
-    other.sockets().subscribe(job.id, (event) => seenByOther.push(event.type));
+    other.sockets().subscribe(job.id, { onEvent: (event) => seenByOther.push(event.type) });
     const result = await tracker.track(job.id);
     assert.equal(result.status, 'completed');
     assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));

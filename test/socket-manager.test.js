@@ -28,10 +28,20 @@ describe('socket manager', () => {
     return created;
   }
 
+  /**
+   * Subscribes `onEvent` to one prompt_id's events (wanting progress-only ones unless told not); returns
+   * what unsubscribes it.
+   */
+  function follow(sockets, promptId, onEvent, { progress = true } = {}) {
+    const listener = { onEvent, progress };
+    sockets.subscribe(promptId, listener);
+    return (options) => sockets.unsubscribe(promptId, listener, options);
+  }
+
   /** Collects every event of one prompt_id. */
   function listen(sockets, promptId) {
     const events = [];
-    const unsubscribe = sockets.subscribe(promptId, (event) => events.push(event));
+    const unsubscribe = follow(sockets, promptId, (event) => events.push(event));
     return { events, unsubscribe, types: () => events.map((e) => e.type) };
   }
 
@@ -224,7 +234,7 @@ describe('socket manager', () => {
         lastTurn = received;
         if (received < total) setImmediate(turn);
       };
-      sockets.subscribe('flood', () => {
+      follow(sockets, 'flood', () => {
         received += 1;
         // A reader slower than the server (a flow's work per event): the frames pile up in the socket.
         const busyUntil = process.hrtime.bigint() + 20_000n;
@@ -280,7 +290,7 @@ describe('socket manager', () => {
     await sockets.ready(5000);
     const quiet = sandbox.jobs.submit(workflow());
     const events = [];
-    const unsubscribe = sockets.subscribe(quiet.id, (event) => events.push(event.type), { progress: false });
+    const unsubscribe = follow(sockets, quiet.id, (event) => events.push(event.type), { progress: false });
     await until(() => quiet.state === 'completed' && events.includes('execution_success'), 'the job to end');
     await sleep(30);
     assert.deepEqual(events, [
@@ -343,7 +353,7 @@ describe('socket manager', () => {
     const seen = [];
     let unsubscribe;
     assert.doesNotThrow(() => {
-      unsubscribe = sockets.subscribe('throws', (event) => {
+      unsubscribe = follow(sockets, 'throws', (event) => {
         seen.push(event.type);
         throw new Error('listener bug');
       });
@@ -544,7 +554,7 @@ describe('socket manager', () => {
       leave();
       await until(() => sockets.state === 'idle', 'the idle close to start');
       const events = [];
-      sockets.subscribe('late', (event) => events.push(event.type));
+      follow(sockets, 'late', (event) => events.push(event.type));
       const waited = sockets.ready(5000);
       await until(() => sockets.isOpen && sockets.stats.socketsOpened === 2, 'a new socket', 5000);
       assert.equal(await waited, true);
@@ -558,7 +568,7 @@ describe('socket manager', () => {
   it('closes after a grace time when its last user and subscription leave, and opens again on use', async () => {
     const sockets = manager();
     const leave = sockets.register({});
-    const unsubscribe = sockets.subscribe('nobody', () => undefined);
+    const unsubscribe = follow(sockets, 'nobody', () => undefined);
     await sockets.ready(5000);
     leave();
     await sleep(100);

@@ -65,10 +65,10 @@ export interface BookConnection {
   log?(level: 'debug' | 'warn', message: string): void;
 }
 
-/** What the book keeps of a life besides the life itself: its awaits, subscription and timers. */
+/** What the book keeps of a job: its life (subscribed to the socket itself), its awaits and timers. */
 interface Watch {
+  readonly life: JobLife;
   awaits: JobAwait[];
-  unsubscribe: (options?: { ended?: boolean }) => void;
   checking: boolean;
   /** A check under way may predate something that changes its answer: check again after it. */
   recheck: boolean;
@@ -114,8 +114,8 @@ export class JobBook implements LifeHost {
   };
 
   readonly timings: JobTimings;
-  private readonly lives = new Map<string, JobLife>();
-  private readonly watches = new Map<JobLife, Watch>();
+  /** By prompt_id. One map, not one of lives and one of their watches: 10,000 jobs make 10,000 entries. */
+  private readonly watches = new Map<string, Watch>();
   private readonly results = new RecentMap<string, JobResult>(RESULTS_KEPT);
   /** Jobs with no event yet that are not known to run: what a queue change may concern. */
   private readonly waiting = new Set<JobLife>();
@@ -152,7 +152,7 @@ export class JobBook implements LifeHost {
 
   /** Jobs awaited now. */
   get size(): number {
-    return this.lives.size;
+    return this.watches.size;
   }
 
   /**
@@ -166,19 +166,19 @@ export class JobBook implements LifeHost {
       job.onEnd(structuredClone(remembered));
       return;
     }
-    const present = this.lives.get(promptId);
+    const present = this.watches.get(promptId);
     if (present) {
-      const watch = this.watches.get(present) as Watch;
-      watch.awaits.push(job);
-      if (job.wantsProgress) present.wantsProgress = true;
-      job.onChange(present, present.state);
+      const { life } = present;
+      present.awaits.push(job);
+      if (job.wantsProgress) life.wantsProgress = true;
+      job.onChange(life, life.state);
       return;
     }
     this.start();
     const life = new JobLife(promptId, this, job.wantsProgress);
     const watch: Watch = {
+      life,
       awaits: [job],
-      unsubscribe: () => undefined,
       checking: false,
       recheck: false,
       checkAt: Infinity,
@@ -191,18 +191,13 @@ export class JobBook implements LifeHost {
       silenceCheckedAt: 0,
       silenceBackoff: 1,
     };
-    this.lives.set(promptId, life);
-    this.watches.set(life, watch);
+    this.watches.set(promptId, watch);
     const sockets = this.connection.sockets();
-    // Frames a life does not need are skipped by the socket only while no await-job node wants progress
-    // (each tracker says so when it registers), so this subscription never asks for them itself.
-    const unsubscribe = sockets.subscribe(promptId, (event) => life.onEvent(event), { progress: false });
-    watch.unsubscribe = unsubscribe;
-    // The kept events replayed by subscribe may have ended the job already, before its unsubscribe was known.
-    if (life.result) {
-      unsubscribe({ ended: true });
-      return;
-    }
+    // The life is the listener. Frames it does not need are skipped by the socket only while no await-job
+    // node wants progress (each tracker says so when it registers), so it never asks for them itself.
+    sockets.subscribe(promptId, life);
+    // The kept events replayed by subscribe may have ended the job already (and released it).
+    if (life.result) return;
     // Taken out of the queue before it was awaited: it will never run.
     if (this.connection.cancels.kindOf(promptId) === 'removed') life.onCancel('removed');
     if (life.isOver) return;
@@ -216,19 +211,18 @@ export class JobBook implements LifeHost {
 
   /** Removes an await (its node closed, or its time ran out); a life with no await left is dropped. */
   detach(promptId: string, job: JobAwait): void {
-    const life = this.lives.get(promptId);
-    const watch = life && this.watches.get(life);
-    if (!life || !watch) return;
+    const watch = this.watches.get(promptId);
+    if (!watch) return;
     const index = watch.awaits.indexOf(job);
     if (index < 0) return;
     watch.awaits.splice(index, 1);
-    if (watch.awaits.length === 0) this.release(life, false);
-    else life.wantsProgress = watch.awaits.some((other) => other.wantsProgress);
+    if (watch.awaits.length === 0) this.release(watch.life, false);
+    else watch.life.wantsProgress = watch.awaits.some((other) => other.wantsProgress);
   }
 
   /** Every job of one await's, for the tracker's summary in constant time. */
   lifeOf(promptId: string): JobLife | undefined {
-    return this.lives.get(promptId);
+    return this.watches.get(promptId)?.life;
   }
 
   /** Stops following every job (their awaits are the trackers' to end) and leaves the socket. */
@@ -240,7 +234,7 @@ export class JobBook implements LifeHost {
     clearInterval(this.quietTimer);
     clearInterval(this.silenceTimer);
     this.quietTimer = this.silenceTimer = undefined;
-    for (const life of [...this.lives.values()]) this.release(life, false);
+    for (const watch of [...this.watches.values()]) this.release(watch.life, false);
     this.stopListening?.();
     this.deregister?.();
     this.stopListening = this.deregister = undefined;
@@ -249,7 +243,7 @@ export class JobBook implements LifeHost {
   // --- LifeHost: what lives ask of the book ---
 
   check(life: JobLife, delayMs: number): void {
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch || this.closed) return;
     const at = Date.now() + Math.max(0, delayMs);
     if (watch.checkTimer && watch.checkAt <= at) return;
@@ -263,7 +257,7 @@ export class JobBook implements LifeHost {
   }
 
   readEnded(life: JobLife, delayMs: number): void {
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch || this.closed) return;
     clearTimeout(watch.readTimer);
     watch.readTimer = setTimeout(() => {
@@ -290,7 +284,7 @@ export class JobBook implements LifeHost {
       } else this.running.delete(life);
     }
     life.lastChange = ++this.changeCount;
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch) return;
     const awaits = watch.awaits;
     // One await is the common case: no iterator per event.
@@ -299,13 +293,13 @@ export class JobBook implements LifeHost {
   }
 
   progress(life: JobLife, progress: JobProgress): void {
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch) return;
     for (const job of watch.awaits) if (job.wantsProgress) job.onProgress(progress);
   }
 
   finished(life: JobLife, result: JobResult): void {
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch) return;
     this.release(life, true);
     // Kept for later awaits; not a lost or refused end, which a later check may see otherwise.
@@ -337,7 +331,7 @@ export class JobBook implements LifeHost {
   }
 
   private onCancel(promptId: string, kind: CancelKind): void {
-    this.lives.get(promptId)?.onCancel(kind);
+    this.watches.get(promptId)?.life.onCancel(kind);
   }
 
   private onConnectionState(state: ConnectionState, reconnected: boolean): void {
@@ -348,10 +342,11 @@ export class JobBook implements LifeHost {
       if (!reconnected) return;
       // Whatever happened while the socket was down is only known over REST; a check already under way may
       // have asked before the job ended, so it does not count as this one.
-      for (const life of this.lives.values()) life.onReconnect();
-      void this.checkMany([...this.lives.values()]);
+      const lives = [...this.watches.values()].map((watch) => watch.life);
+      for (const life of lives) life.onReconnect();
+      void this.checkMany(lives);
     } else {
-      for (const [life, watch] of this.watches) this.check(life, watch.pollDelay);
+      for (const watch of this.watches.values()) this.check(watch.life, watch.pollDelay);
     }
   }
 
@@ -403,7 +398,7 @@ export class JobBook implements LifeHost {
 
   /** One job: the shared queue read answers for it when it lists it; else its own routes are asked. */
   private async checkOne(life: JobLife): Promise<void> {
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch || life.isOver) return;
     if (watch.checking) {
       watch.recheck = true;
@@ -422,7 +417,7 @@ export class JobBook implements LifeHost {
       answer = undefined; // stopped by the close
     }
     watch.checking = false;
-    if (!answer || life.isOver || !this.watches.has(life)) return;
+    if (!answer || life.isOver || !this.watchOf(life)) return;
     if (watch.recheck) {
       watch.recheck = false;
       void this.checkOne(life);
@@ -444,7 +439,7 @@ export class JobBook implements LifeHost {
    */
   private async checkMany(lives: JobLife[]): Promise<void> {
     const due = lives.filter((life) => {
-      const watch = this.watches.get(life);
+      const watch = this.watchOf(life);
       if (!watch || life.isOver) return false;
       if (watch.checking) watch.recheck = true;
       return !watch.checking;
@@ -453,7 +448,7 @@ export class JobBook implements LifeHost {
     const read = await this.readQueue();
     const alone: Array<Promise<void>> = [];
     for (const life of due) {
-      if (life.isOver || !this.watches.has(life)) continue;
+      if (life.isOver || !this.watchOf(life)) continue;
       const queued = phaseInQueue(read, life.promptId);
       if (queued === 'running' || queued === 'pending') life.onQueued(queued);
       else alone.push(this.checkOne(life));
@@ -504,13 +499,14 @@ export class JobBook implements LifeHost {
     // Silent for at least quietCheckMs: the tick of its last event may have been nearly over.
     const ticksQuiet = Math.ceil(this.timings.quietCheckMs / interval) + 1;
     this.quietTimer = setInterval(() => {
-      if (this.lives.size === 0) {
+      if (this.watches.size === 0) {
         clearInterval(this.quietTimer);
         this.quietTimer = undefined;
         return;
       }
       const quiet: JobLife[] = [];
-      for (const [life, watch] of this.watches) {
+      for (const watch of this.watches.values()) {
+        const { life } = watch;
         if (life.events !== watch.quietEvents) {
           watch.quietEvents = life.events;
           watch.quietTicks = 0;
@@ -552,7 +548,7 @@ export class JobBook implements LifeHost {
     }
     const suspects: JobLife[] = [];
     for (const life of this.running) {
-      const watch = this.watches.get(life);
+      const watch = this.watchOf(life);
       if (!watch) continue;
       if (life.events !== watch.seenEvents) {
         if (watch.seenEvents > 0) watch.widestGap = Math.max(watch.widestGap, now - watch.lastEventAt);
@@ -587,7 +583,7 @@ export class JobBook implements LifeHost {
     let movedOn = false;
     lives.forEach((life, index) => {
       if (life.state !== before[index]) movedOn = true;
-      const watch = this.watches.get(life);
+      const watch = this.watchOf(life);
       if (watch) watch.silenceBackoff *= 2;
     });
     if (movedOn && sockets.isOpen && sockets.stats.framesReceived === frames) {
@@ -598,17 +594,16 @@ export class JobBook implements LifeHost {
 
   /** Frees a life: its timers, its subscription (`ended`: its later events are dropped), its place in sets. */
   private release(life: JobLife, ended: boolean): void {
-    const watch = this.watches.get(life);
+    const watch = this.watchOf(life);
     if (!watch) return;
     clearTimeout(watch.checkTimer);
     clearTimeout(watch.readTimer);
-    this.watches.delete(life);
-    this.lives.delete(life.promptId);
+    this.watches.delete(life.promptId);
     this.waiting.delete(life);
     this.running.delete(life);
     this.firstChecks.delete(life);
-    watch.unsubscribe({ ended });
-    if (this.lives.size === 0) {
+    this.connection.sockets().unsubscribe(life.promptId, life, { ended });
+    if (this.watches.size === 0) {
       clearInterval(this.quietTimer);
       this.quietTimer = undefined;
       // The socket may close once no user is left.
@@ -616,6 +611,12 @@ export class JobBook implements LifeHost {
       this.deregister?.();
       this.stopListening = this.deregister = undefined;
     }
+  }
+
+  /** The watch of this life; none once it was released (a later life of the same prompt_id is another's). */
+  private watchOf(life: JobLife): Watch | undefined {
+    const watch = this.watches.get(life.promptId);
+    return watch?.life === life ? watch : undefined;
   }
 
   private log(level: 'debug' | 'warn', message: string): void {

@@ -135,7 +135,8 @@ export class JobLife {
   state: LifeState = 'submitted';
   node?: string;
   step?: { value: number; max: number };
-  readonly outputs: JobOutputs = {};
+  /** The outputs of its `executed` events, merged per node; made at the first (no empty object per job). */
+  private outputs?: JobOutputs;
   /** The server has known this job: an event came, or an answer placed it. */
   known = false;
   readonly awaitedAt = Date.now();
@@ -226,7 +227,8 @@ export class JobLife {
       }
       case 'executed': {
         const node = data.node ?? data.display_node;
-        if (node !== undefined && node !== null) mergeOutput(this.outputs, String(node), data.output);
+        if (node !== undefined && node !== null)
+          mergeOutput((this.outputs ??= {}), String(node), data.output);
         break;
       }
       case 'preview':
@@ -362,7 +364,7 @@ export class JobLife {
     if (result.status === 'failed') result.error = found?.error ?? unknownFailure();
     else {
       if (!found?.outputs) result.outputs_incomplete = true;
-      setOutputs(result, found?.outputs ?? this.outputs);
+      setOutputs(result, found?.outputs ?? this.outputs ?? {});
     }
     this.ending = undefined;
     this.finish(result, result.status === 'failed' ? 'failed' : 'completed');
@@ -388,7 +390,7 @@ export class JobLife {
         this.startEpoch !== undefined &&
         (details.eventEpoch === undefined || details.eventEpoch === this.startEpoch);
       if (!whole && !details.outputs) return this.readResult(result);
-      setOutputs(result, whole ? this.outputs : (details.outputs ?? this.outputs));
+      setOutputs(result, (whole ? this.outputs : (details.outputs ?? this.outputs)) ?? {});
     }
     this.finish(result, status);
   }

@@ -83,7 +83,15 @@ export interface SocketEvent {
   bytes?: number;
 }
 
-export type JobListener = (event: SocketEvent) => void;
+/**
+ * Hears one job's events. An object, not a function: the book subscribes a job's life itself, so 10,000 jobs in
+ * flight hold no closure each.
+ */
+export interface JobListener {
+  onEvent(event: SocketEvent): void;
+  /** It needs progress-only events (previews, text, progress_state). Read on subscribe and on unsubscribe. */
+  readonly progress?: boolean;
+}
 
 /** Hears every job's events, whichever job (the job-events node's tap). */
 export type EveryJobListener = (promptId: string, event: SocketEvent) => void;
@@ -156,7 +164,8 @@ export class SocketManager {
   private readonly timings: SocketTimings;
   private readonly limits: BufferLimits;
   private readonly users = new Set<SocketUser>();
-  private readonly listeners = new Map<string, Set<JobListener>>();
+  /** By prompt_id. An array, not a Set: nearly always one listener (the book's), and 10,000 jobs make 10,000. */
+  private readonly listeners = new Map<string, JobListener[]>();
   /** Listeners to every job's events; none: dispatch pays one size check. */
   private readonly everyJob = new Set<EveryJobListener>();
   /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
@@ -273,42 +282,37 @@ export class SocketManager {
 
   /**
    * Sends this job's events to `listener`, first the ones kept while nobody awaited it (in order, before
-   * this returns), then live ones. Opens the socket if needed. The returned function unsubscribes;
-   * `{ ended: true }` also drops the job's later events instead of keeping them. `progress: false`: this
-   * listener does not need progress-only events (previews, text, progress_state); while no listener nor
-   * user does, those frames are not read, nor kept for jobs not awaited yet.
+   * this returns), then live ones, until `unsubscribe`. Opens the socket if needed. While no listener nor user
+   * wants progress-only events (`progress`), those frames are not read, nor kept for jobs not awaited yet.
    */
-  subscribe(
-    promptId: string,
-    listener: JobListener,
-    { progress = true }: { progress?: boolean } = {},
-  ): (options?: { ended?: boolean }) => void {
-    let set = this.listeners.get(promptId);
-    if (!set) {
-      set = new Set();
-      this.listeners.set(promptId, set);
-    }
-    set.add(listener);
-    if (progress) this.progressWanted += 1;
+  subscribe(promptId: string, listener: JobListener): void {
+    const present = this.listeners.get(promptId);
+    if (present) present.push(listener);
+    else this.listeners.set(promptId, [listener]);
+    if (listener.progress) this.progressWanted += 1;
     this.kept.awaited(promptId);
     this.cancelGrace();
     this.ensureOpen();
     // The kept events stay (and grow with live ones) while the job is awaited, so a second await of the
     // same job is replayed the same events; they go when its last await leaves.
     for (const event of this.kept.eventsOf(promptId)) this.deliver(listener, event);
-    let subscribed = true;
-    return (options = {}) => {
-      if (!subscribed) return;
-      subscribed = false;
-      if (progress) this.progressWanted -= 1;
-      const current = this.listeners.get(promptId);
-      current?.delete(listener);
-      if (current && current.size === 0) {
-        this.listeners.delete(promptId);
-        this.kept.release(promptId, options.ended === true);
-      }
-      this.closeWhenUnused();
-    };
+  }
+
+  /**
+   * Ends one `subscribe` of this listener to this job (again: nothing). When it was the job's last,
+   * `{ ended: true }` also drops the job's later events instead of keeping them for a later await.
+   */
+  unsubscribe(promptId: string, listener: JobListener, { ended = false }: { ended?: boolean } = {}): void {
+    const listeners = this.listeners.get(promptId);
+    const index = listeners ? listeners.indexOf(listener) : -1;
+    if (!listeners || index < 0) return;
+    listeners.splice(index, 1);
+    if (listener.progress) this.progressWanted -= 1;
+    if (listeners.length === 0) {
+      this.listeners.delete(promptId);
+      this.kept.release(promptId, ended);
+    }
+    this.closeWhenUnused();
   }
 
   /**
@@ -559,11 +563,11 @@ export class SocketManager {
   private dispatch(promptId: string, event: SocketEvent): void {
     if (this.everyJob.size > 0)
       for (const listener of [...this.everyJob]) this.safely(() => listener(promptId, event));
-    const set = this.listeners.get(promptId);
-    if (set) {
-      // One listener is the common case: no copy of the set per event.
-      if (set.size === 1) for (const listener of set) this.deliver(listener, event);
-      else for (const listener of [...set]) this.deliver(listener, event);
+    const listeners = this.listeners.get(promptId);
+    if (listeners) {
+      // One listener is the common case: no copy per event.
+      if (listeners.length === 1) this.deliver(listeners[0], event);
+      else for (const listener of [...listeners]) this.deliver(listener, event);
       // A job awaited after its events were kept keeps them all, for a further await of it.
       this.kept.offer(promptId, event, true);
       return;
@@ -583,7 +587,7 @@ export class SocketManager {
 
   private deliver(listener: JobListener, event: SocketEvent): void {
     try {
-      listener(event);
+      listener.onEvent(event);
     } catch (error) {
       this.log('warn', `graph-gen socket: a listener failed: ${String(error)}`);
     }
