@@ -281,8 +281,9 @@ async function runOurs(child, jobs) {
   const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
   const before = await child.call('stats');
   // When each result reached the caller; after the run, less the sandbox's send time of the job's
-  // execution_success (its stamps, over IPC): the shipped code runs untouched.
-  const endedAt = new Map();
+  // execution_success (its stamps, over IPC): the shipped code runs untouched. In a typed array, as the bare
+  // client's latencies are in an array of numbers: nothing the collector copies per job.
+  const endedAt = new Float64Array(ids.length);
   let completed = 0;
   let outputs = 0;
   let settled = 0;
@@ -290,23 +291,19 @@ async function runOurs(child, jobs) {
   const finished = new Promise((resolve) => (allSettled = resolve));
   const cpu = process.cpuUsage();
   const started = performance.now();
-  for (const id of ids) {
-    tracker
-      .track(id, {
-        // onEnd is where the await-job node sends its output msg.
-        onEnd: (result) => {
-          endedAt.set(id, clock());
-          if (result.status === 'completed') completed += 1;
-          outputs += result.files?.length ?? 0;
-        },
-      })
-      // Awaited as the node awaits it, and counted, not collected: a Promise.all would hold every result
-      // until the last, which neither the node nor the bare client does (each scavenge in the burst would
-      // copy the results so far).
-      .then(() => {
+  ids.forEach((id, index) => {
+    // Followed as the await-job node follows it: onEnd is where the node sends its output msg. Counted, not
+    // collected: a Promise.all would hold every result until the last, which neither the node nor the bare
+    // client does (each scavenge in the burst would copy the results so far).
+    tracker.follow(id, {
+      onEnd: (result) => {
+        endedAt[index] = clock();
+        if (result?.status === 'completed') completed += 1;
+        outputs += result?.files?.length ?? 0;
         if (++settled === ids.length) allSettled();
-      });
-  }
+      },
+    });
+  });
   GC.reset();
   await child.call('run', { ids });
   await finished;
@@ -316,7 +313,9 @@ async function runOurs(child, jobs) {
   const after = await child.call('stats');
   const { stamps } = await child.call('stamps');
   const latencies = [];
-  for (const [id, at] of endedAt) if (stamps[id] !== undefined) latencies.push(at - stamps[id]);
+  ids.forEach((id, index) => {
+    if (stamps[id] !== undefined && endedAt[index] > 0) latencies.push(endedAt[index] - stamps[id]);
+  });
   const result = {
     timeMs,
     cpuMs: cpuUsed,

@@ -315,9 +315,10 @@ export class JobEvents {
       return;
     }
     this.followed.add(promptId);
-    void this.tracker.track(promptId, {
+    this.tracker.follow(promptId, {
       onEnd: (result) => {
         this.followed.delete(promptId);
+        if (!result) return; // closed
         const fresh = this.restored.delete(promptId);
         const known = this.teller.memory.get(promptId);
         const own = this.teller.ownerOf(promptId) ?? false;
