@@ -8,7 +8,8 @@
 // with the machine's clock) to the moment the result reaches the caller's code: the tracker's onEnd, where
 // the await-job node sends its msg, or the bare client's message handler after parsing.
 //
-//   node bench/fanout.js [1000,5000,10000] [--node-red [--resume]] [--progress] [--self-hosted]   (build first)
+//   node bench/fanout.js [1000,5000,10000] [--node-red [--resume]] [--progress] [--self-hosted]
+//                        [--compare <checkout>] [--rounds N]   (build first)
 //
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
 // sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
@@ -35,7 +36,13 @@ const RESUME = ARGS.includes('--resume');
  * that status checks read instead of the queue); by default it is cloud-like.
  */
 const SELF_HOSTED = ARGS.includes('--self-hosted');
-const ROUNDS = 5;
+/**
+ * --compare <checkout>: one more side, the classes of another built checkout of this package (an older commit
+ * in a git worktree, say), in the same run against the same sandbox, rounds alternating: before and after a
+ * change, without two runs' noise between them.
+ */
+const COMPARE = ARGS.includes('--compare') ? path.resolve(ARGS[ARGS.indexOf('--compare') + 1]) : undefined;
+const ROUNDS = ARGS.includes('--rounds') ? Number(ARGS[ARGS.indexOf('--rounds') + 1]) : 5;
 const SUBMITS_AT_ONCE = 64;
 /**
  * Three nodes, 14 sampler steps: 2 + 3 x (executing, progress_state before and after) + 14 x (progress,
@@ -269,16 +276,24 @@ async function runBaseline(child, jobs) {
 }
 
 /** Ours: one GenerationConnection (what a config node holds) and one JobTracker (what an await node holds). */
-async function runOurs(child, jobs) {
-  const { GenerationConnection } = require('../dist/generation/connection');
-  const { JobTracker } = require('../dist/generation/jobs/job-tracker');
+async function runOurs(child, jobs, root = path.join(__dirname, '..')) {
+  const { GenerationConnection } = require(path.join(root, 'dist/generation/connection'));
+  // Before the jobs/ folder (commit cbe490a and older) the tracker sat beside the connection.
+  const trackerPath = path.join(root, 'dist/generation/jobs/job-tracker.js');
+  const { JobTracker } = require(
+    fs.existsSync(trackerPath) ? trackerPath : path.join(root, 'dist/generation/job-tracker'),
+  );
   const connection = new GenerationConnection({ baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' });
   const sockets = connection.sockets();
   // As an await-job node without progress output holds it (the Node-RED side's await-job is the same).
   const tracker = new JobTracker(connection, { progress: PROGRESS });
   if (!(await sockets.ready(5000))) throw new Error('the socket did not open');
   // Submitted as the submit node does, then awaited as the await-job node does.
-  const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
+  // Older builds submit through their REST client, with the socket's client id.
+  const submit = connection.submit
+    ? () => connection.submit(WORKFLOW)
+    : () => connection.rest.submit(WORKFLOW, connection.clientId);
+  const ids = await submitAll(jobs, async () => (await submit()).prompt_id);
   const before = await child.call('stats');
   // When each result reached the caller; after the run, less the sandbox's send time of the job's
   // execution_success (its stamps, over IPC): the shipped code runs untouched. In a typed array, as the bare
@@ -295,7 +310,8 @@ async function runOurs(child, jobs) {
     // Followed as the await-job node follows it: onEnd is where the node sends its output msg. Counted, not
     // collected: a Promise.all would hold every result until the last, which neither the node nor the bare
     // client does (each scavenge in the burst would copy the results so far).
-    tracker.follow(id, {
+    // Older builds have `track` only (their node awaited its promise).
+    (tracker.follow ? tracker.follow : tracker.track).call(tracker, id, {
       onEnd: (result) => {
         endedAt[index] = clock();
         if (result?.status === 'completed') completed += 1;
@@ -342,11 +358,13 @@ async function heapPerJob(child, jobs) {
   await connection.sockets().ready(5000);
   const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
   // Warm the paths once so the measurement holds jobs, not code.
-  const warm = tracker.track(ids[0]);
+  // Each awaited as the await-job node awaits it: followed, with a promise of its own resolved with nothing.
+  const follow = (id) => new Promise((resolve) => tracker.follow(id, { onEnd: () => resolve() }));
+  const warm = follow(ids[0]);
   await new Promise((resolve) => setTimeout(resolve, 500));
   gc();
   const before = process.memoryUsage().heapUsed;
-  const awaited = ids.slice(1).map((id) => tracker.track(id));
+  const awaited = ids.slice(1).map(follow);
   // The first status checks (one queue read) come back: what stays is what an awaited job costs.
   await new Promise((resolve) => setTimeout(resolve, 2000));
   gc();
@@ -373,6 +391,7 @@ async function main() {
   const sides = {
     baseline: (jobs) => runBaseline(child, jobs),
     ours: (jobs) => runOurs(child, jobs),
+    ...(COMPARE ? { compared: (jobs) => runOurs(child, jobs, COMPARE) } : {}),
     ...(flow ? { nodeRed: (jobs) => flow.run(child.call, jobs) } : {}),
     ...(flow && RESUME ? { nodeRedResume: (jobs) => flow.run(child.call, jobs, { resume: true }) } : {}),
   };
@@ -418,6 +437,10 @@ async function main() {
       baseline: summary(runs.baseline),
       ours: summary(runs.ours),
       nodeRed: summary(runs.nodeRed),
+      compared: summary(runs.compared),
+      p99s: Object.fromEntries(
+        Object.entries(runs).map(([side, list]) => [side, list.map((run) => percentile(run.latencies, 99))]),
+      ),
       nodeRedResume: summary(runs.nodeRedResume),
     });
   }
@@ -550,6 +573,22 @@ async function main() {
   console.log(line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const row of rows) console.log(line(row));
+  for (const { jobs, baseline, ours, compared, p99s } of report) {
+    if (compared) {
+      const x = ratio;
+      console.log(
+        `${jobs} jobs, compared build (${COMPARE}): p50 / p99 ${compared.p50.toFixed(2)} / ${compared.p99.toFixed(2)} ms, ` +
+          `p99 ${x(compared.p99, baseline.p99)} of bare (this build ${x(ours.p99, baseline.p99)}), ` +
+          `CPU ${x(compared.cpuMs, baseline.cpuMs)} of bare (this build ${x(ours.cpuMs, baseline.cpuMs)}), ` +
+          `GC longest ${compared.gcMaxMs.toFixed(1)} ms (this build ${ours.gcMaxMs.toFixed(1)})`,
+      );
+    }
+    // One burst's tail moves with any pause on the machine: every round's, besides the medians.
+    const each = Object.entries(p99s).map(
+      ([side, list]) => `${side} ${list.map((v) => v.toFixed(1)).join(', ')}`,
+    );
+    console.log(`${jobs} jobs, p99 of each round (ms): ${each.join('; ')}`);
+  }
   if (PROGRESS) console.log('(Node-RED: await-job with progress msgs on output 3, previews at 2 a second)');
   fs.mkdirSync(path.join(__dirname, 'results'), { recursive: true });
   fs.writeFileSync(
