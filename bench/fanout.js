@@ -307,11 +307,10 @@ async function runOurs(child, jobs, root = path.join(__dirname, '..')) {
   const cpu = process.cpuUsage();
   const started = performance.now();
   ids.forEach((id, index) => {
-    // Followed as the await-job node follows it: onEnd is where the node sends its output msg. Counted, not
+    // Awaited as the await-job node awaits it: onEnd is where the node sends its output msg. Counted, not
     // collected: a Promise.all would hold every result until the last, which neither the node nor the bare
     // client does (each scavenge in the burst would copy the results so far).
-    // Older builds have `track` only (their node awaited its promise).
-    (tracker.follow ? tracker.follow : tracker.track).call(tracker, id, {
+    void tracker.track(id, {
       onEnd: (result) => {
         endedAt[index] = clock();
         if (result?.status === 'completed') completed += 1;
@@ -358,13 +357,11 @@ async function heapPerJob(child, jobs) {
   await connection.sockets().ready(5000);
   const ids = await submitAll(jobs, async () => (await connection.submit(WORKFLOW)).prompt_id);
   // Warm the paths once so the measurement holds jobs, not code.
-  // Each awaited as the await-job node awaits it: followed, with a promise of its own resolved with nothing.
-  const follow = (id) => new Promise((resolve) => tracker.follow(id, { onEnd: () => resolve() }));
-  const warm = follow(ids[0]);
+  const warm = tracker.track(ids[0]);
   await new Promise((resolve) => setTimeout(resolve, 500));
   gc();
   const before = process.memoryUsage().heapUsed;
-  const awaited = ids.slice(1).map(follow);
+  const awaited = ids.slice(1).map((id) => tracker.track(id));
   // The first status checks (one queue read) come back: what stays is what an awaited job costs.
   await new Promise((resolve) => setTimeout(resolve, 2000));
   gc();

@@ -162,28 +162,18 @@ export = function (RED: NodeAPI): void {
       if (!tracker) return;
       const base: NodeMessage = { ...msg };
       delete base.payload;
-      const following = tracker;
-      // Its own promise, resolved with nothing: the tracker's `track` would hold the result until a full
-      // collection (see JobTracker.follow).
-      await new Promise<void>((resolve) =>
-        following.follow(promptId, {
-          timeoutMs,
-          cancelOnTimeout: def.cancelOnTimeout === true,
-          onProgress: progressEnabled
-            ? (progress) => send([null, null, progressMessage(base, progress)])
-            : undefined,
-          onEnd: (ended) => {
-            try {
-              if (!ended) return;
-              finished(msg, ended, send);
-              // Forgotten once sent: a stop in between sends it again after the restart (the help says so).
-              if (key) kept?.forget(key);
-            } finally {
-              resolve();
-            }
-          },
-        }),
-      );
+      await tracker.track(promptId, {
+        timeoutMs,
+        cancelOnTimeout: def.cancelOnTimeout === true,
+        onProgress: progressEnabled
+          ? (progress) => send([null, null, progressMessage(base, progress)])
+          : undefined,
+        onEnd: (ended) => {
+          finished(msg, ended, send);
+          // Forgotten once sent: a stop in between sends it again after the restart (the help says so).
+          if (key) kept?.forget(key);
+        },
+      });
     }
 
     async function handle(msg: NodeMessageInFlow, send: Send, done: Done): Promise<void> {

@@ -315,10 +315,9 @@ export class JobEvents {
       return;
     }
     this.followed.add(promptId);
-    this.tracker.follow(promptId, {
+    void this.tracker.track(promptId, {
       onEnd: (result) => {
         this.followed.delete(promptId);
-        if (!result) return; // closed
         const fresh = this.restored.delete(promptId);
         const known = this.teller.memory.get(promptId);
         const own = this.teller.ownerOf(promptId) ?? false;

@@ -27,11 +27,6 @@ export interface TrackOptions {
   onEnd?: (result: JobResult) => void;
 }
 
-/** What `follow` takes: as `track`, with `onEnd` told undefined when the tracker closes first. */
-export interface FollowOptions extends Omit<TrackOptions, 'onEnd'> {
-  onEnd: (result: JobResult | undefined) => void;
-}
-
 export interface JobTrackerOptions {
   /** Previews passed on per job and second; more are dropped. 0 = all. */
   previewsPerSecond?: number;
@@ -79,7 +74,8 @@ class Await implements JobAwait, JobView {
   constructor(
     private readonly tracker: JobTracker,
     readonly promptId: string,
-    readonly options: FollowOptions,
+    readonly options: TrackOptions,
+    readonly resolve: (result: JobResult | undefined) => void,
   ) {}
 
   get wantsProgress(): boolean {
@@ -184,47 +180,25 @@ export class JobTracker {
    * Never rejects.
    */
   track(promptId: string, options: TrackOptions = {}): Promise<JobResult | undefined> {
+    if (this.closed) return Promise.resolve(undefined);
+    this.start();
     return new Promise<JobResult | undefined>((resolve) => {
-      this.follow(promptId, {
-        ...options,
-        onEnd: (result) => {
-          try {
-            if (result) options.onEnd?.(result);
-          } finally {
-            resolve(result);
-          }
-        },
-      });
+      const job = new Await(this, promptId, options, resolve);
+      this.awaits.add(job);
+      if (options.timeoutMs && options.timeoutMs > 0 && options.timeoutMs <= MAX_TIMER_MS) {
+        job.timeoutTimer = setTimeout(() => this.timeout(job), options.timeoutMs);
+      }
+      this.connection.jobs.attach(promptId, job);
     });
   }
 
-  /**
-   * Follows one job to its end, as `track` does, without a promise: `onEnd` gets the result, or undefined when
-   * the tracker is closed first (at once if it is). What the nodes use: a promise made when the job was awaited
-   * is old by the time the job ends, and, resolved with the result, would hold it (with its outputs) through
-   * every young collection until a full one.
-   */
-  follow(promptId: string, options: FollowOptions): void {
-    if (this.closed) {
-      options.onEnd(undefined);
-      return;
-    }
-    this.start();
-    const job = new Await(this, promptId, options);
-    this.awaits.add(job);
-    if (options.timeoutMs && options.timeoutMs > 0 && options.timeoutMs <= MAX_TIMER_MS) {
-      job.timeoutTimer = setTimeout(() => this.timeout(job), options.timeoutMs);
-    }
-    this.connection.jobs.attach(promptId, job);
-  }
-
-  /** Stops following every job (each is told undefined) and leaves the socket. */
+  /** Stops following every job (their promises resolve with undefined) and leaves the socket. */
   close(): void {
     this.closed = true;
     for (const job of [...this.awaits]) {
       this.forget(job);
       this.connection.jobs.detach(job.promptId, job);
-      this.tell(job, undefined);
+      job.resolve(undefined);
     }
     this.deregister?.();
     this.deregister = undefined;
@@ -291,17 +265,13 @@ export class JobTracker {
   ended(job: Await, result: JobResult): void {
     if (!this.awaits.has(job)) return;
     this.forget(job);
-    this.tell(job, result);
-    this.notify();
-  }
-
-  /** Tells an await's caller how it ended; what the caller throws is logged, not thrown into the book. */
-  private tell(job: Await, result: JobResult | undefined): void {
     try {
-      job.options.onEnd(result);
+      job.options.onEnd?.(result);
     } catch (error) {
       this.log('warn', `graph-gen: handing on the result of ${job.promptId} failed: ${String(error)}`);
     }
+    job.resolve(result);
+    this.notify();
   }
 
   private timeout(job: Await): void {
