@@ -141,7 +141,6 @@ export class Journal<V> {
     this.wrote(text);
   }
 
-  /** The kept state only, written beside the file and renamed over it: a kill leaves one or the other whole. */
   /** Counts a write that reached the disk: this journal's, and every journal's (in bytes) for benchmarks. */
   private wrote(text: string): void {
     this.writes += 1;
@@ -149,6 +148,7 @@ export class Journal<V> {
     Journal.written.bytes += Buffer.byteLength(text);
   }
 
+  /** The kept state only, written beside the file and renamed over it: a kill leaves one or the other whole. */
   private async rewrite(): Promise<void> {
     await mkdir(path.dirname(this.file), { recursive: true });
     const temporary = `${this.file}.${process.pid}.tmp`;
