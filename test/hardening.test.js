@@ -755,7 +755,7 @@ describe('msg values that refer to themselves, or that JSON cannot hold (issue 2
   const submits = () => sandbox.counters.matching('/api/prompt', 'POST').length;
 
   it('says where a value JSON cannot hold breaks, and shows any value by its kind without walking it', () => {
-    const { jsonProblemOf, shownValue } = require('../dist/json-values');
+    const { jsonProblemOf, shownValue } = require('../dist/boundary/json-values');
     const list = [1, { a: [2] }];
     list[1].a.push(list);
     assert.deepEqual(jsonProblemOf({ list }), {

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { HttpClient } from '../http/client';
 import { ServiceError, invalidInput } from '../http/errors';
 import type { RetryPolicy } from '../http/retry';
-import { shownValue } from '../json-values';
+import { shownValue } from '../boundary/json-values';
 import { automationBaseUrl, type AddressSettings } from './address';
 
 export const DEFAULT_KEY_HEADER = 'X-AUTOMATION-API-KEY';

@@ -5,7 +5,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { shownValue } from '../json-values';
+import { shownValue } from '../boundary/json-values';
 import { promptIdsOf } from '../generation/transfer/rest-client';
 import {
   catalogTexts,

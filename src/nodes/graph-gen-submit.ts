@@ -7,7 +7,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
-import { jsonProblemOf } from '../json-values';
+import { jsonProblemOf } from '../boundary/json-values';
 import type { GenerationConnection } from '../generation/connection';
 import type { NodeTypeDefinition } from '../generation/workflows/workflow';
 import {

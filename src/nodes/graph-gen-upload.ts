@@ -5,7 +5,7 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { shownValue } from '../json-values';
+import { shownValue } from '../boundary/json-values';
 import {
   DEFAULT_URL_LIMITS,
   readUploadSource,

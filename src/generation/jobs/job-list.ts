@@ -10,7 +10,7 @@ import type { HttpClient } from '../../http/client';
 import { clientIdOf, lacksRoute, unreadableOf, type Unreadable } from './job-lookup';
 import { promptIdOfQueueElement } from '../transfer/rest-client';
 import { phaseOfStatus, type JobPhase } from './status-words';
-import { isRecord } from '../../json-values';
+import { isRecord } from '../../boundary/json-values';
 
 /** One job of the list: its id, where it stands, when it was submitted, and whether it ever ran. */
 export interface ListedJob {

@@ -22,7 +22,7 @@ import { ServiceError } from '../../http/errors';
 import { setOwn, type JobOutputs } from './job-outputs';
 import { promptIdOfQueueElement, promptIdsOf } from '../transfer/rest-client';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
-import { isRecord } from '../../json-values';
+import { isRecord } from '../../boundary/json-values';
 
 export interface ExecutionError {
   exception_type: string;

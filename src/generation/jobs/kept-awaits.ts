@@ -4,7 +4,7 @@
  * request's `req`/`res` are left out, as is a property JSON cannot hold), and when its time limit runs out. Kept in
  * a journal (persist/journal.ts) under Node-RED's user directory. No Node-RED inside.
  */
-import { jsonProblemOf } from '../../json-values';
+import { jsonProblemOf } from '../../boundary/json-values';
 
 export interface KeptAwait {
   /** The config node the job was awaited through. */

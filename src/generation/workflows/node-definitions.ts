@@ -3,7 +3,7 @@
  * graph editor does when it builds a node: which inputs it has, in which order, which of them are widgets
  * (values kept in `widgets_values`) and which are sockets only. Pure functions, no I/O.
  */
-import { isRecord } from '../../json-values';
+import { isRecord } from '../../boundary/json-values';
 
 export interface InputSpec {
   name: string;

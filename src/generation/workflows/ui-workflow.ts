@@ -10,7 +10,7 @@ import { invalidInput } from '../../http/errors';
 import { resolveDynamicPrompt } from './dynamic-prompt';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { Workflow, WorkflowNode } from './workflow';
-import { isRecord } from '../../json-values';
+import { isRecord } from '../../boundary/json-values';
 
 /** Node modes the editor saves: 0 always, 1 on event, 3 on trigger (all run), 2 never (muted), 4 bypass. */
 const MODE_MUTED = 2;

@@ -7,7 +7,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { invalidInput } from '../../http/errors';
 import { inputSpecsOf } from './node-definitions';
-import { isRecord } from '../../json-values';
+import { isRecord } from '../../boundary/json-values';
 
 export interface WorkflowNode {
   class_type?: string;

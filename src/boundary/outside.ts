@@ -1,0 +1,100 @@
+/**
+ * The primitives every reader of outside values is built on (REST answers, socket frames, journal lines, msgs).
+ * An outside value is anything a server, a file or a flow made: JSON can carry `{"toString": 1}`, prototype
+ * words as keys (`constructor`, `__proto__`), nesting 100,000 deep, strings of megabytes. The rules, kept here
+ * so that no reader defends itself by hand:
+ * - text is taken from a value only through `textOf` (a string, a finite number or a boolean; never `String()`
+ *   of an object, whose `toString` may be anything) and an error's words only through `errorText`;
+ * - JSON text is parsed only through `readJsonText`, which refuses nesting past a bound before parsing (nothing
+ *   downstream, Node-RED's msg clone included, walks a value by recursion deeper than that);
+ * - a word from outside is never a key of a plain object: `Map`, or `ownValue` (Object.hasOwn) on a record.
+ * A reader answers "could not read" (`Read` with `ok: false` and a reason) rather than a wrong fact.
+ * No Node-RED inside.
+ */
+import { shownValue } from './json-values';
+
+/** What a reader made of an outside value: the typed value, or why it could not be read. */
+export type Read<T> = { ok: true; value: T } | { ok: false; reason: string };
+
+export function readOk<T>(value: T): Read<T> {
+  return { ok: true, value };
+}
+
+export function unreadable<T>(reason: string): Read<T> {
+  return { ok: false, reason };
+}
+
+/**
+ * Nesting deeper than this is refused before parsing. A ComfyUI answer or frame nests fewer than 20 levels (a
+ * UI workflow kept in a job's `extra_pnginfo` the most); Node-RED clones a msg by recursion, which overflows
+ * the stack some thousands of levels down.
+ */
+export const MAX_JSON_DEPTH = 256;
+
+/** Characters of text kept from one outside value by `textOf` unless told otherwise. */
+export const MAX_TEXT = 10_000;
+
+/**
+ * Whether a JSON text nests deeper than `max` (arrays and objects; brackets inside strings do not count).
+ * One pass over the characters, no recursion. A text no longer than `max` cannot nest deeper, so short texts
+ * (most frames) cost nothing.
+ */
+export function nestsDeeperThan(text: string, max: number): boolean {
+  if (text.length <= max) return false;
+  let depth = 0;
+  let inString = false;
+  for (let index = 0; index < text.length; index++) {
+    const code = text.charCodeAt(index);
+    if (inString) {
+      if (code === 0x5c /* \ */) index++;
+      else if (code === 0x22 /* " */) inString = false;
+    } else if (code === 0x22) inString = true;
+    else if (code === 0x7b /* { */ || code === 0x5b /* [ */) {
+      if (++depth > max) return true;
+    } else if (code === 0x7d /* } */ || code === 0x5d /* ] */) depth--;
+  }
+  return false;
+}
+
+/** JSON text as a value, or why it could not be read (not JSON, or nested past `maxDepth`). Never throws. */
+export function readJsonText(text: string, maxDepth = MAX_JSON_DEPTH): Read<unknown> {
+  if (nestsDeeperThan(text, maxDepth)) return unreadable(`it nests deeper than ${maxDepth} levels`);
+  try {
+    return readOk(JSON.parse(text) as unknown);
+  } catch (error) {
+    return unreadable(`it is not JSON (${errorText(error)})`);
+  }
+}
+
+/**
+ * A value as text when it is one: a string (cut to `max` characters), a finite number or a boolean; undefined
+ * for anything else. Never calls a value's own `toString`.
+ */
+export function textOf(value: unknown, max = MAX_TEXT): string | undefined {
+  if (typeof value === 'string') return value.length > max ? value.slice(0, max) : value;
+  if (typeof value === 'number') return Number.isFinite(value) ? String(value) : undefined;
+  if (typeof value === 'boolean') return value ? 'true' : 'false';
+  return undefined;
+}
+
+/**
+ * A thrown value's words for a sentence or a log line: an Error's message when it is a string, a text value as
+ * it is, anything else by its kind. Never throws (an Error's `message` may be a getter that throws).
+ */
+export function errorText(error: unknown, max = MAX_TEXT): string {
+  try {
+    if (error instanceof Error) {
+      const message = textOf(error.message, max);
+      if (message !== undefined && message !== '') return message;
+      return textOf(error.name, 100) ?? 'an error without a message';
+    }
+  } catch {
+    return 'an error that cannot be shown';
+  }
+  return textOf(error, max) ?? shownValue(error);
+}
+
+/** A record's own property, never one of its prototype's (`constructor`, `toString`, `__proto__`). */
+export function ownValue(record: object, key: string): unknown {
+  return Object.hasOwn(record, key) ? (record as Record<string, unknown>)[key] : undefined;
+}
