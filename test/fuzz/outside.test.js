@@ -1,0 +1,55 @@
+'use strict';
+// The boundary's primitives (src/boundary/outside.ts) against hostile values: they never throw, never call a
+// value's own toString, and refuse what nests too deep instead of handing it on.
+const assert = require('node:assert/strict');
+const { fc, fuzzOptions, hostileJson, deepJson } = require('../support/fuzz');
+const outside = require('../../dist/boundary/outside');
+
+describe('boundary primitives (fuzzed)', () => {
+  it('textOf and errorText never throw and bound what they give', () => {
+    fc.assert(
+      fc.property(fc.oneof(hostileJson(), fc.anything()), (value) => {
+        const text = outside.textOf(value, 50);
+        assert.ok(text === undefined || (typeof text === 'string' && text.length <= 50));
+        const words = outside.errorText(value, 50);
+        assert.equal(typeof words, 'string');
+      }),
+      fuzzOptions(300),
+    );
+  });
+
+  it('readJsonText reads what JSON.parse reads when shallow, and refuses what nests past the bound', () => {
+    fc.assert(
+      fc.property(hostileJson(), fc.integer({ min: 0, max: 400 }), (value, depth) => {
+        const text = deepJson(depth, JSON.stringify(value));
+        const read = outside.readJsonText(text, 300);
+        if (depth > 300) assert.equal(read.ok, false);
+        else if (read.ok) assert.deepEqual(read.value, JSON.parse(text));
+        else assert.ok(outside.nestsDeeperThan(text, 300), read.reason);
+      }),
+      fuzzOptions(200),
+    );
+  });
+
+  it('a text of 100,000 levels is refused in one pass, and strings holding brackets do not count', () => {
+    assert.equal(outside.readJsonText(deepJson(100_000)).ok, false);
+    assert.equal(outside.readJsonText(deepJson(100_000, '0', 'toString')).ok, false);
+    const brackets = JSON.stringify({ text: '['.repeat(10_000) });
+    assert.deepEqual(outside.readJsonText(brackets), { ok: true, value: { text: '['.repeat(10_000) } });
+    const escaped = JSON.stringify({ text: '\\"['.repeat(5_000) });
+    assert.equal(outside.readJsonText(escaped).ok, true);
+  });
+
+  it('ownValue never answers with a prototype member', () => {
+    fc.assert(
+      fc.property(hostileJson(), fc.string(), (value, key) => {
+        if (value === null || typeof value !== 'object') return;
+        const got = outside.ownValue(value, key);
+        if (!Object.hasOwn(value, key)) assert.equal(got, undefined);
+      }),
+      fuzzOptions(300),
+    );
+    assert.equal(outside.ownValue({}, 'constructor'), undefined);
+    assert.equal(outside.ownValue(JSON.parse('{"__proto__": 5}'), '__proto__'), 5);
+  });
+});
