@@ -95,6 +95,16 @@ export function errorText(error: unknown, max = MAX_TEXT): string {
 }
 
 /** A record's own property, never one of its prototype's (`constructor`, `toString`, `__proto__`). */
+export function ownValue<T>(record: Readonly<Record<string, T>>, key: string): T | undefined;
+export function ownValue(record: object, key: string): unknown;
 export function ownValue(record: object, key: string): unknown {
   return Object.hasOwn(record, key) ? (record as Record<string, unknown>)[key] : undefined;
+}
+
+/**
+ * Sets a record's own property, also for a word from outside: assigning `__proto__` would change the record's
+ * prototype instead (and lose the value), so the property is defined.
+ */
+export function setOwn(record: object, key: string, value: unknown): void {
+  Object.defineProperty(record, key, { value, enumerable: true, writable: true, configurable: true });
 }

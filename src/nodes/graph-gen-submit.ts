@@ -8,6 +8,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
 import { jsonProblemOf } from '../boundary/json-values';
+import { ownValue } from '../boundary/outside';
 import type { GenerationConnection } from '../generation/connection';
 import type { NodeTypeDefinition } from '../generation/workflows/workflow';
 import {
@@ -122,7 +123,7 @@ export = function (RED: NodeAPI) {
           cause.cause,
         );
       }
-      return validateWorkflow(convertUiWorkflow(raw, (type) => definitions[type]));
+      return validateWorkflow(convertUiWorkflow(raw, (type) => ownValue(definitions, type)));
     }
 
     /** Says once per node that the node definitions could not be read, and what follows from that. */
@@ -168,7 +169,8 @@ export = function (RED: NodeAPI) {
           if (def.check || signal.aborted) throw error;
           warnNoDefinitions(error, findPartnerNodes);
         }
-        if (def.check) checkAgainstDefinitions(prompt, (type) => definitions?.[type]);
+        if (def.check)
+          checkAgainstDefinitions(prompt, (type) => (definitions ? ownValue(definitions, type) : undefined));
         if (
           findPartnerNodes &&
           Object.values(definitions ?? {}).some((definition) => definition.api_node === true)
@@ -177,7 +179,7 @@ export = function (RED: NodeAPI) {
         }
         if (newSeed) {
           const seeds = definitions
-            ? seedInputsOf(prompt, (type) => definitions[type])
+            ? seedInputsOf(prompt, (type) => ownValue(definitions, type))
             : seedInputsByName(prompt);
           msg.seeds = applyNewSeeds(prompt, seeds, overrides);
         }

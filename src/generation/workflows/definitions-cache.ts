@@ -11,6 +11,7 @@ import { DIALOG_WAIT_MS, dialogClient, type DialogTarget } from '../dialog-clien
 import type { Credential } from '../../http/auth';
 import { failedOnTheWay } from '../../http/client';
 import { ServiceError } from '../../http/errors';
+import { errorText, setOwn } from '../../boundary/outside';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { GenerationConnection } from '../connection';
 import { GenerationRestClient } from '../transfer/rest-client';
@@ -66,7 +67,7 @@ function definitionsFailure(
   clean: (text: string) => string,
 ) {
   const serviceError =
-    error instanceof ServiceError ? error : new ServiceError('network', clean(String(error)));
+    error instanceof ServiceError ? error : new ServiceError('network', clean(errorText(error)));
   return new ServiceError(serviceError.code, sentenceFor(serviceError, host, credential));
 }
 
@@ -125,10 +126,10 @@ export async function readNodeDefinitions(source: DefinitionsSource): Promise<No
 export function editorDefinitionsOf(definitions: NodeDefinitions): Record<string, EditorDefinition> {
   const result: Record<string, EditorDefinition> = {};
   for (const [classType, definition] of Object.entries(definitions)) {
-    result[classType] = {
+    setOwn(result, classType, {
       title: displayNameOf(definition, classType),
       inputs: inputSpecsOf(definition).filter((spec) => spec.widget),
-    };
+    });
   }
   return result;
 }

@@ -4,6 +4,7 @@
  * (values kept in `widgets_values`) and which are sockets only. Pure functions, no I/O.
  */
 import { isRecord } from '../../boundary/json-values';
+import { ownValue, textOf } from '../../boundary/outside';
 
 export interface InputSpec {
   name: string;
@@ -49,7 +50,7 @@ function inputSpecOf(name: string, spec: unknown, required: boolean): InputSpec 
     type = 'COMBO';
     choices = rawType;
   } else {
-    type = typeof rawType === 'string' ? rawType : String(rawType);
+    type = textOf(rawType, 200) ?? '*';
     if (type === 'COMBO') choices = Array.isArray(options.options) ? options.options : [];
   }
   // forceInput turns a value type into a socket without a widget (the editor draws no widget for it).
@@ -60,7 +61,7 @@ function inputSpecOf(name: string, spec: unknown, required: boolean): InputSpec 
     (asked !== undefined && asked !== null ? asked !== false : type === 'INT' && LEGACY_SEED_NAMES.has(name));
   const result: InputSpec = { name, type, widget, required, controlAfterGenerate };
   if (choices !== undefined) result.options = choices;
-  if ('default' in options) result.default = options.default;
+  if (Object.hasOwn(options, 'default')) result.default = options.default;
   const min = numberOrUndefined(options.min);
   const max = numberOrUndefined(options.max);
   const step = numberOrUndefined(options.step);
@@ -75,7 +76,9 @@ function inputSpecOf(name: string, spec: unknown, required: boolean): InputSpec 
 function orderedNames(section: Record<string, unknown>, order: unknown): string[] {
   const names = Object.keys(section);
   if (!Array.isArray(order)) return names;
-  const listed = order.filter((name): name is string => typeof name === 'string' && name in section);
+  const listed = order.filter(
+    (name): name is string => typeof name === 'string' && Object.hasOwn(section, name),
+  );
   return [...new Set([...listed, ...names])];
 }
 
@@ -89,7 +92,7 @@ export function inputSpecsOf(definition: unknown): InputSpec[] {
   for (const section of ['required', 'optional'] as const) {
     const inputs = definition.input[section];
     if (!isRecord(inputs)) continue;
-    for (const name of orderedNames(inputs, inputOrder[section])) {
+    for (const name of orderedNames(inputs, ownValue(inputOrder, section))) {
       if (seen.has(name)) continue;
       seen.add(name);
       specs.push(inputSpecOf(name, inputs[name], section === 'required'));
@@ -109,5 +112,5 @@ export function displayNameOf(definition: unknown, classType: string): string {
 /** The output types of a definition, in slot order. */
 export function outputTypesOf(definition: unknown): string[] {
   if (!isRecord(definition) || !Array.isArray(definition.output)) return [];
-  return definition.output.map((type) => (Array.isArray(type) ? 'COMBO' : String(type)));
+  return definition.output.map((type) => (Array.isArray(type) ? 'COMBO' : (textOf(type, 200) ?? '*')));
 }

@@ -11,6 +11,7 @@ import { resolveDynamicPrompt } from './dynamic-prompt';
 import { displayNameOf, inputSpecsOf, type InputSpec } from './node-definitions';
 import type { Workflow, WorkflowNode } from './workflow';
 import { isRecord } from '../../boundary/json-values';
+import { ownValue, setOwn, textOf } from '../../boundary/outside';
 
 /** Node modes the editor saves: 0 always, 1 on event, 3 on trigger (all run), 2 never (muted), 4 bypass. */
 const MODE_MUTED = 2;
@@ -106,7 +107,7 @@ function readNode(raw: unknown, index: number): UiNode {
   }
   const inputs = (Array.isArray(raw.inputs) ? raw.inputs : []).filter(isRecord).map((input) => ({
     name: typeof input.name === 'string' ? input.name : '',
-    type: typeof input.type === 'string' ? input.type : String(input.type ?? '*'),
+    type: textOf(input.type, 200) ?? '*',
     link: idText(input.link),
   }));
   const outputs = (Array.isArray(raw.outputs) ? raw.outputs : []).map((output) => ({
@@ -149,9 +150,8 @@ function rawOptionsOf(definition: unknown, name: string): Record<string, unknown
   if (!isRecord(definition) || !isRecord(definition.input)) return {};
   for (const section of ['required', 'optional']) {
     const inputs = definition.input[section];
-    if (isRecord(inputs) && Array.isArray(inputs[name]) && isRecord(inputs[name][1])) {
-      return inputs[name][1] as Record<string, unknown>;
-    }
+    const input = isRecord(inputs) ? ownValue(inputs, name) : undefined;
+    if (Array.isArray(input) && isRecord(input[1])) return input[1];
   }
   return {};
 }
@@ -184,7 +184,9 @@ function widgetValuesOf(node: UiNode, definition: unknown, specs: InputSpec[]): 
   if (isRecord(saved)) {
     // Some nodes save their widgets by name.
     for (const spec of specs) {
-      if (spec.widget) values.set(spec.name, spec.name in saved ? saved[spec.name] : defaultValueOf(spec));
+      if (spec.widget) {
+        values.set(spec.name, Object.hasOwn(saved, spec.name) ? saved[spec.name] : defaultValueOf(spec));
+      }
     }
     return values;
   }
@@ -280,7 +282,10 @@ export function convertUiWorkflow(
   );
   const subgraphIds = new Set(
     isRecord(record.definitions) && Array.isArray(record.definitions.subgraphs)
-      ? record.definitions.subgraphs.filter(isRecord).map((subgraph) => String(subgraph.id))
+      ? record.definitions.subgraphs
+          .filter(isRecord)
+          .map((subgraph) => textOf(subgraph.id))
+          .filter((id) => id !== undefined)
       : [],
   );
 
@@ -440,15 +445,15 @@ export function convertUiWorkflow(
         }
       }
       // Arrays stand for links in API format: a list value is boxed, and the server unboxes it.
-      inputs[spec.name] = Array.isArray(value) ? { __value__: value } : value;
+      setOwn(inputs, spec.name, Array.isArray(value) ? { __value__: value } : value);
     }
     for (const [name, source] of sources) {
-      if (source.kind === 'output') inputs[name] = [source.nodeId, source.slot];
+      if (source.kind === 'output') setOwn(inputs, name, [source.nodeId, source.slot]);
       // The editor sends nothing for an input fed by a muted node.
       else if (source.kind === 'muted') delete inputs[name];
     }
     for (const spec of specs) {
-      if (!spec.required || spec.name in inputs) continue;
+      if (!spec.required || Object.hasOwn(inputs, spec.name)) continue;
       const source = sources.get(spec.name);
       if (source?.kind === 'muted') {
         problems.push(
@@ -465,7 +470,7 @@ export function convertUiWorkflow(
       class_type: node.type,
       _meta: { title: node.title ?? displayNameOf(definition, node.type) },
     };
-    workflow[node.id] = apiNode;
+    setOwn(workflow, node.id, apiNode);
   }
   if (problems.length > 0) throw refusal(problems);
   return workflow;

@@ -8,6 +8,7 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { invalidInput } from '../../http/errors';
 import { inputSpecsOf } from './node-definitions';
 import { isRecord } from '../../boundary/json-values';
+import { setOwn } from '../../boundary/outside';
 
 export interface WorkflowNode {
   class_type?: string;
@@ -83,7 +84,7 @@ export function validateWorkflow(value: unknown): Workflow {
       throw invalidInput(`Node "${id}" has a class_type that is not text`);
     }
     for (const [input, inputValue] of Object.entries(node.inputs as Record<string, unknown>)) {
-      if (isLink(inputValue) && !(String(inputValue[0]) in value)) {
+      if (isLink(inputValue) && !Object.hasOwn(value, String(inputValue[0]))) {
         throw invalidInput(
           `Input "${input}" of node "${id}" links to node "${inputValue[0]}", which is not in the workflow`,
         );
@@ -155,7 +156,7 @@ export function applyResolvedOverrides(workflow: Workflow, resolved: InputOverri
   const copy = structuredClone(workflow);
   for (const [id, inputs] of Object.entries(resolved)) {
     for (const [input, inputValue] of Object.entries(inputs)) {
-      copy[id].inputs[input] = structuredClone(inputValue);
+      setOwn(copy[id].inputs, input, structuredClone(inputValue));
     }
   }
   return copy;
@@ -283,7 +284,10 @@ export function checkAgainstDefinitions(
       problems.push(`node "${id}" is of type ${node.class_type}, which the service does not have`);
       continue;
     }
-    const missing = Object.keys(definition.input?.required ?? {}).filter((input) => !(input in node.inputs));
+    const required = isRecord(definition.input) ? definition.input.required : undefined;
+    const missing = Object.keys(isRecord(required) ? required : {}).filter(
+      (input) => !Object.hasOwn(node.inputs, input),
+    );
     for (const input of missing)
       problems.push(`node "${id}" (${node.class_type}) lacks required input "${input}"`);
   }
