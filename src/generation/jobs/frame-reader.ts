@@ -3,12 +3,36 @@
  * removed, and each event handed on by what it is: a job's event by its `prompt_id`, the queue's `status`, a
  * `notification`, the server's `feature_flags`. Binary previews and texts without a `prompt_id` (types 1 and 3)
  * go to the one job executing, which only the events tell. Progress-only frames are skipped unread while no
- * await wants them. Never throws: a frame that cannot be read is dropped with a reason. No Node-RED inside.
+ * await wants them.
+ * The boundary of the socket: what a frame holds is read here (src/boundary/outside.ts), and only typed values
+ * go on. Never throws: a frame that cannot be read is dropped with a reason; when it names a job (an `executed`
+ * nested too deep), the job is told it lost an event (UNREADABLE_EVENT), so what it made is asked of the server
+ * rather than reported whole. A job id is text of at most MAX_JOB_ID characters; the jobs seen executing are
+ * at most MAX_EXECUTING. No Node-RED inside.
  */
 import type WebSocket from 'ws';
 import { SecretSearch, removeSecrets } from '../../http/errors';
+import { ownValue, readJsonText } from '../../boundary/outside';
+import { isRecord } from '../../boundary/json-values';
 import { parseBinaryFrame } from './frames';
 import type { SocketEvent, SocketStats } from './socket-manager';
+
+/** The event a job is given for a frame of it that could not be read: it lost an event. */
+export const UNREADABLE_EVENT = 'unreadable_frame';
+/** A job id (prompt_id) is text of at most this many characters; anything else names no job. */
+export const MAX_JOB_ID = 200;
+/**
+ * Jobs seen executing at most. A server never runs more at once than a cloud key's few; past this, which one a
+ * prompt-less frame belongs to is not known until the queue is empty again.
+ */
+export const MAX_EXECUTING = 64;
+/** An event type longer than this is no type word. */
+const MAX_TYPE = 100;
+
+/** A job id from an outside value: text of 1 to MAX_JOB_ID characters, or undefined. */
+export function jobIdOf(value: unknown): string | undefined {
+  return typeof value === 'string' && value.length > 0 && value.length <= MAX_JOB_ID ? value : undefined;
+}
 
 /** Where read frames go (the socket manager). */
 export interface FrameSink {
@@ -35,14 +59,66 @@ const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
 
 /** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
 function queueRemaining(data: Record<string, unknown>): number | undefined {
-  const status = data.status as { exec_info?: { queue_remaining?: unknown } } | undefined;
-  const value = status?.exec_info?.queue_remaining ?? data.queue_remaining;
+  const status = ownValue(data, 'status');
+  const info = isRecord(status) ? ownValue(status, 'exec_info') : undefined;
+  const nested = isRecord(info) ? ownValue(info, 'queue_remaining') : undefined;
+  const value = nested ?? ownValue(data, 'queue_remaining');
   return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
+}
+
+/**
+ * The `data.prompt_id` of a frame JSON.parse was not given (nested too deep, or not JSON): one pass over its
+ * characters, no parse and no recursion, looking only in the top object's `data` object. ComfyUI writes an
+ * `executed` event's prompt_id after its output, so the whole text is read.
+ */
+function promptIdInText(text: string): string | undefined {
+  let depth = 0;
+  let inData = false;
+  let key: string | undefined;
+  let afterColon = false;
+  for (let index = 0; index < text.length; index++) {
+    const code = text.charCodeAt(index);
+    if (code === 0x22 /* " */) {
+      let end = index + 1;
+      let escaped = false;
+      for (; end < text.length; end++) {
+        const at = text.charCodeAt(end);
+        if (at === 0x5c /* \ */) {
+          escaped = true;
+          end++;
+        } else if (at === 0x22) break;
+      }
+      if (afterColon) {
+        if (inData && depth === 2 && key === 'prompt_id') {
+          const raw = text.slice(index, end + 1);
+          const read = escaped ? readJsonText(raw) : undefined;
+          return jobIdOf(read ? (read.ok ? read.value : undefined) : raw.slice(1, -1));
+        }
+        afterColon = false;
+      } else key = text.slice(index + 1, end);
+      index = end;
+    } else if (code === 0x3a /* : */) afterColon = true;
+    else if (code === 0x7b /* { */ || code === 0x5b /* [ */) {
+      if (depth === 1 && afterColon && key === 'data' && code === 0x7b) inData = true;
+      depth++;
+      afterColon = false;
+      key = undefined;
+    } else if (code === 0x7d /* } */ || code === 0x5d /* ] */) {
+      depth--;
+      if (depth === 1) inData = false;
+    } else if (code === 0x2c /* , */) {
+      afterColon = false;
+      key = undefined;
+    }
+  }
+  return undefined;
 }
 
 export class FrameReader {
   /** The jobs executing now, by their events: prompt-less binary frames belong to the one, if only one. */
   private readonly executing = new Set<string>();
+  /** More than MAX_EXECUTING were seen since the queue was last empty: the one executing is not known. */
+  private executingUnknown = false;
   /** The secrets in every form they may be written in, to look for in a frame. */
   private readonly secretSearch: SecretSearch;
 
@@ -58,6 +134,7 @@ export class FrameReader {
   /** A new connection: nothing is known to execute on it yet. */
   reset(): void {
     this.executing.clear();
+    this.executingUnknown = false;
   }
 
   read(data: WebSocket.RawData, isBinary: boolean): void {
@@ -89,30 +166,27 @@ export class FrameReader {
         return;
       }
     }
-    let message: unknown;
-    try {
-      message = JSON.parse(text);
-    } catch {
-      this.sink.drop('text frame that is not JSON');
+    const read = readJsonText(text);
+    if (!read.ok) {
+      this.unreadable(text, buffer.length, `text frame that cannot be read: ${read.reason}`);
       return;
     }
-    if (!message || typeof message !== 'object' || typeof (message as { type?: unknown }).type !== 'string') {
-      this.sink.drop('text frame without a type');
+    let message = read.value;
+    const type = isRecord(message) ? ownValue(message, 'type') : undefined;
+    if (typeof type !== 'string' || type.length > MAX_TYPE) {
+      this.sink.drop('text frame without a type word');
       return;
     }
     // An error message or traceback may echo a key: such an event is passed on without it. Searched in the
     // text decoded for JSON.parse; only a frame with an escape that could hide a key (`\u002B`, `\/`) is
     // decided on its parsed value.
     if (this.secretSearch.mayBeInJson(text)) message = removeSecrets(message, this.secrets);
-    const { type, data: rawData } = message as { type: string; data?: unknown };
-    const data =
-      rawData && typeof rawData === 'object' && !Array.isArray(rawData)
-        ? (rawData as Record<string, unknown>)
-        : {};
+    const rawData = isRecord(message) ? ownValue(message, 'data') : undefined;
+    const data = isRecord(rawData) ? rawData : {};
     if (type === 'status') {
       const queue = queueRemaining(data);
       // An empty queue: nothing executes, whatever end events were missed.
-      if (queue === 0) this.executing.clear();
+      if (queue === 0) this.reset();
       this.sink.status(queue, data);
       return;
     }
@@ -121,16 +195,39 @@ export class FrameReader {
       return;
     }
     if (type === 'notification') {
-      this.sink.notification(
-        typeof data.value === 'string' ? data.value : JSON.stringify(data.value ?? ''),
-        data,
-      );
+      // Nested at most MAX_JSON_DEPTH and no larger than its frame: JSON can write it.
+      const value = ownValue(data, 'value');
+      this.sink.notification(typeof value === 'string' ? value : JSON.stringify(value ?? ''), data);
       return;
     }
-    const promptId = data.prompt_id;
-    if (typeof promptId !== 'string' || promptId === '') return;
+    const rawId = ownValue(data, 'prompt_id');
+    // No prompt_id: an event of no job (a custom node's, a broadcast).
+    if (rawId === undefined || rawId === null || rawId === '') return;
+    const promptId = jobIdOf(rawId);
+    if (promptId === undefined) {
+      this.sink.drop(`${type} event whose prompt_id is not a job id`);
+      return;
+    }
     this.trackExecuting(type, data, promptId);
     this.sink.job(promptId, { type, data, epoch: this.sink.epoch, bytes: buffer.length });
+  }
+
+  /**
+   * A text frame that cannot be read is dropped. When it names a job, the job lost an event (its outputs, if
+   * it was `executed`): it is told, unless the frame only fed progress.
+   */
+  private unreadable(text: string, bytes: number, reason: string): void {
+    this.sink.drop(reason);
+    const leading = LEADING_TYPE.exec(text);
+    if (leading && (PROGRESS_ONLY_TEXT.has(leading[1]) || leading[1] === 'progress')) return;
+    const promptId = promptIdInText(text);
+    if (promptId === undefined) return;
+    this.sink.job(promptId, {
+      type: UNREADABLE_EVENT,
+      data: { prompt_id: promptId },
+      epoch: this.sink.epoch,
+      bytes,
+    });
   }
 
   /**
@@ -138,11 +235,23 @@ export class FrameReader {
    * tell. Several at once (a cloud key runs jobs in parallel) and no frame can be placed.
    */
   private trackExecuting(type: string, data: Record<string, unknown>, promptId: string): void {
-    if (type === 'execution_start') this.executing.add(promptId);
+    if (type === 'execution_start') this.executingNow(promptId);
     else if (type === 'executing') {
-      if (data.node === null || data.node === undefined || data.node === '') this.executing.delete(promptId);
-      else this.executing.add(promptId);
+      const node = ownValue(data, 'node');
+      if (node === null || node === undefined || node === '') this.executing.delete(promptId);
+      else this.executingNow(promptId);
     } else if (TERMINAL_EVENTS.has(type)) this.executing.delete(promptId);
+  }
+
+  private executingNow(promptId: string): void {
+    if (this.executing.has(promptId)) return;
+    if (this.executing.size >= MAX_EXECUTING) {
+      // The oldest makes room; it may still run, so no frame is placed until the queue is empty again.
+      const [oldest] = this.executing;
+      this.executing.delete(oldest);
+      this.executingUnknown = true;
+    }
+    this.executing.add(promptId);
   }
 
   private binary(buffer: Buffer): void {
@@ -164,18 +273,19 @@ export class FrameReader {
     const bytes = buffer.length;
     const epoch = this.sink.epoch;
     if (frame.type === 4) {
-      const promptId = frame.metadata.prompt_id;
-      if (typeof promptId !== 'string' || promptId === '') {
-        this.sink.drop('preview whose metadata has no prompt_id');
+      const promptId = jobIdOf(ownValue(frame.metadata, 'prompt_id'));
+      if (promptId === undefined) {
+        this.sink.drop('preview whose metadata has no job id as prompt_id');
         return;
       }
       this.sink.job(promptId, { type: 'preview', data: frame.metadata, frame, epoch, bytes });
       return;
     }
-    if (this.executing.size !== 1) {
-      if (this.executing.size > 1) this.stats.unattributedFrames += 1;
+    if (this.executing.size !== 1 || this.executingUnknown) {
+      const none = this.executing.size === 0 && !this.executingUnknown;
+      if (!none) this.stats.unattributedFrames += 1;
       this.sink.drop(
-        `binary frame of type ${frame.type} while ${this.executing.size === 0 ? 'no job is' : 'several jobs are'} executing`,
+        `binary frame of type ${frame.type} while ${none ? 'no job is' : 'several jobs are'} executing`,
       );
       return;
     }

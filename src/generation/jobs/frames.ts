@@ -1,8 +1,11 @@
 /**
  * The generation service's binary WebSocket frames (spec: "Binary frames"): a big-endian 4-byte type, then
  * a type-specific body. Parsing never throws: a frame that is short, truncated, oversized or of an unknown
- * type comes back as a rejection with a reason, so one bad frame cannot take the socket down.
+ * type comes back as a rejection with a reason, so one bad frame cannot take the socket down. A preview's
+ * metadata is read at the boundary (readJsonText: a nesting bound), its fields only as its own.
  */
+import { ownValue, readJsonText } from '../../boundary/outside';
+import { isRecord } from '../../boundary/json-values';
 
 export const BinaryType = {
   PREVIEW_IMAGE: 1,
@@ -40,7 +43,10 @@ export const DEFAULT_MAX_FRAME_BYTES = 32 * 1024 * 1024;
 const MAX_METADATA_BYTES = 64 * 1024;
 const MAX_NODE_ID_BYTES = 4 * 1024;
 
-const IMAGE_TYPE_CODES: Record<number, ImageType> = { 1: 'jpeg', 2: 'png' };
+const IMAGE_TYPE_CODES = new Map<number, ImageType>([
+  [1, 'jpeg'],
+  [2, 'png'],
+]);
 
 function rejected(reason: string, unknownType?: number): ParsedFrame {
   return unknownType === undefined ? { ok: false, reason } : { ok: false, reason, unknownType };
@@ -54,7 +60,7 @@ export function sniffImageType(image: Buffer): ImageType | undefined {
 }
 
 function imageTypeFromMetadata(metadata: PreviewMetadata): ImageType | undefined {
-  const declared = metadata.image_type;
+  const declared = ownValue(metadata, 'image_type');
   if (typeof declared !== 'string') return undefined;
   if (/png/i.test(declared)) return 'png';
   if (/jpe?g/i.test(declared)) return 'jpeg';
@@ -70,7 +76,7 @@ export function parseBinaryFrame(data: Buffer, maxBytes = DEFAULT_MAX_FRAME_BYTE
   const restLength = data.length - 8;
   switch (type) {
     case BinaryType.PREVIEW_IMAGE: {
-      const imageType = IMAGE_TYPE_CODES[word];
+      const imageType = IMAGE_TYPE_CODES.get(word);
       if (!imageType) return rejected(`preview with unknown image type ${word}`);
       if (restLength === 0) return rejected('preview without image bytes');
       return { ok: true, frame: { type, imageType, image: data.subarray(8) } };
@@ -85,17 +91,12 @@ export function parseBinaryFrame(data: Buffer, maxBytes = DEFAULT_MAX_FRAME_BYTE
     case BinaryType.PREVIEW_IMAGE_WITH_METADATA: {
       if (word > MAX_METADATA_BYTES || word > restLength)
         return rejected(`preview with metadata length ${word} beyond its ${restLength} bytes`);
-      let metadata: unknown;
-      try {
-        metadata = JSON.parse(data.toString('utf8', 8, 8 + word));
-      } catch {
-        return rejected('preview whose metadata is not JSON');
-      }
-      if (!metadata || typeof metadata !== 'object' || Array.isArray(metadata))
-        return rejected('preview whose metadata is not an object');
+      const read = readJsonText(data.toString('utf8', 8, 8 + word));
+      if (!read.ok) return rejected(`preview whose metadata cannot be read: ${read.reason}`);
+      if (!isRecord(read.value)) return rejected('preview whose metadata is not an object');
       if (restLength === word) return rejected('preview without image bytes');
       const image = data.subarray(8 + word);
-      const meta = metadata as PreviewMetadata;
+      const meta: PreviewMetadata = read.value;
       const imageType = imageTypeFromMetadata(meta) ?? sniffImageType(image) ?? 'png';
       return { ok: true, frame: { type, imageType, image, metadata: meta } };
     }

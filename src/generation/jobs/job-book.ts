@@ -15,6 +15,8 @@
  *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
  *   that dropped the socket from its table, Comfy-Org/ComfyUI#16010; after a restart that may happen before a
  *   resumed job's first event): if the job moved on meanwhile, the socket is opened again;
+ * - every job, when the whole socket has said nothing for `socketSilentMs` while it is open (a server sends a
+ *   `status` as soon as a socket opens: one that never says a word may not be sending this client anything);
  * - while the socket is down: every job, at a growing interval;
  * - whenever a life asks (an answer to confirm, one that could not be read, a run that is over).
  * Past 400 lines: every reason to ask the server lives here, so "when is a job checked" has one answer.
@@ -47,6 +49,8 @@ export interface JobTimings {
   /** A silent socket gets a running job checked after 4x the job's widest gap between events, in these bounds. */
   silentMinMs: number;
   silentMaxMs: number;
+  /** Every job is checked when the whole socket has been silent this long while open (and again as often). */
+  socketSilentMs: number;
 }
 
 /** One await of a job (job-tracker.ts makes them): what it is told. */
@@ -116,6 +120,7 @@ export class JobBook implements LifeHost {
     unreadableMaxMs: 30_000,
     silentMinMs: 5_000,
     silentMaxMs: 15_000,
+    socketSilentMs: 20_000,
   };
 
   readonly timings: JobTimings;
@@ -137,6 +142,8 @@ export class JobBook implements LifeHost {
   private silenceTimer?: NodeJS.Timeout;
   private lastFrames = -1;
   private lastFrameAt = 0;
+  /** When every job was last checked because the whole socket was silent. */
+  private socketSilenceCheckedAt = 0;
   private changeCount = 0;
   private readonly checks = new Limiter(CHECKS_AT_ONCE);
   /** Aborts every request the book started when the connection closes. */
@@ -208,6 +215,7 @@ export class JobBook implements LifeHost {
     if (life.firstEventEpoch === undefined) this.waiting.add(life);
     job.onChange(life, life.state);
     this.armQuietChecks();
+    this.armSilenceWatch();
     this.firstChecks.add(life);
     this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.timings.firstCheckMs);
     if (!sockets.isOpen) this.check(life, watch.pollDelay);
@@ -524,7 +532,9 @@ export class JobBook implements LifeHost {
   }
 
   /**
-   * Once a second while jobs run: a running job whose events have stopped while the whole socket is silent
+   * Once a second while jobs are awaited: every job when the whole socket has been silent for socketSilentMs
+   * (one queue read answers for the ones it lists). And while jobs run: a running job whose events have
+   * stopped while the whole socket is silent
    * for 4x the widest gap between its events so far (within silentMinMs..silentMaxMs; silentMaxMs for a job
    * known to run from a check but with no event yet) is checked. If it moved
    * on without a frame arriving meanwhile, the server no longer sends to this socket: it is opened again. A job
@@ -538,7 +548,7 @@ export class JobBook implements LifeHost {
   }
 
   private silenceTick(): void {
-    if (this.running.size === 0) {
+    if (this.watches.size === 0) {
       clearInterval(this.silenceTimer);
       this.silenceTimer = undefined;
       return;
@@ -578,6 +588,15 @@ export class JobBook implements LifeHost {
       }
     }
     if (suspects.length > 0) void this.silenceCheck(suspects, frames);
+    const { socketSilentMs } = this.timings;
+    if (
+      sockets.isOpen &&
+      now - this.lastFrameAt >= socketSilentMs &&
+      now - this.socketSilenceCheckedAt >= socketSilentMs
+    ) {
+      this.socketSilenceCheckedAt = now;
+      void this.checkMany([...this.watches.values()].map((watch) => watch.life));
+    }
   }
 
   private async silenceCheck(lives: JobLife[], frames: number): Promise<void> {

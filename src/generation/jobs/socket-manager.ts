@@ -10,6 +10,7 @@
  */
 import WebSocket from 'ws';
 import { cleanForReport } from '../../http/errors';
+import { errorText } from '../../boundary/outside';
 import { DEFAULT_MAX_FRAME_BYTES, type BinaryFrame } from './frames';
 import { FrameReader } from './frame-reader';
 import { KeptEvents } from './kept-events';
@@ -373,7 +374,7 @@ export class SocketManager {
       });
     } catch (error) {
       // A base address that cannot become a socket address will not get better by retrying.
-      this.log('warn', `graph-gen socket: cannot connect to the base address: ${String(error)}`);
+      this.log('warn', `graph-gen socket: cannot connect to the base address: ${errorText(error)}`);
       this.setState('down');
       for (const waiter of [...this.waiters]) waiter.finish(false);
       return;
@@ -388,7 +389,7 @@ export class SocketManager {
       try {
         this.frames.read(data, isBinary);
       } catch (error) {
-        this.drop(`a frame could not be handled: ${String(error)}`);
+        this.drop(`a frame could not be handled: ${errorText(error)}`);
       }
     });
     ws.on('pong', () => (this.awaitingPong = false));
@@ -400,7 +401,7 @@ export class SocketManager {
       this.log('debug', `graph-gen socket: the server answered the upgrade with HTTP ${status}`);
       ws.terminate();
     });
-    ws.on('error', (error) => this.log('debug', `graph-gen socket error: ${error.message}`));
+    ws.on('error', (error) => this.log('debug', `graph-gen socket error: ${errorText(error)}`));
     ws.on('close', (code) => {
       closedResolve();
       this.onClose(ws, code);
@@ -589,7 +590,7 @@ export class SocketManager {
     try {
       listener.onEvent(event);
     } catch (error) {
-      this.log('warn', `graph-gen socket: a listener failed: ${String(error)}`);
+      this.log('warn', `graph-gen socket: a listener failed: ${errorText(error)}`);
     }
   }
 
@@ -597,7 +598,7 @@ export class SocketManager {
     try {
       call();
     } catch (error) {
-      this.log('warn', `graph-gen socket: a listener failed: ${String(error)}`);
+      this.log('warn', `graph-gen socket: a listener failed: ${errorText(error)}`);
     }
   }
 
