@@ -21,6 +21,7 @@
  * No Node-RED inside.
  */
 import { setMaxListeners } from 'node:events';
+import { copyJson } from '../../boundary/json-values';
 import type { CancelKind, CancelRegistry } from './cancels';
 import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
 import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
@@ -168,7 +169,7 @@ export class JobBook implements LifeHost {
     if (this.closed) return;
     const remembered = this.results.get(promptId);
     if (remembered) {
-      job.onEnd(structuredClone(remembered));
+      job.onEnd(copyJson(remembered));
       return;
     }
     const present = this.watches.get(promptId);
@@ -308,10 +309,10 @@ export class JobBook implements LifeHost {
     this.release(life, true);
     // Kept for later awaits; not a lost or refused end, which a later check may see otherwise.
     if (life.state === 'completed' || life.state === 'failed' || life.state === 'cancelled')
-      this.results.set(life.promptId, result);
-    // Each await gets its own copy: a node sets its result's `files`, which must not change the one kept for
-    // later awaits. The first a shallow one (the node replaces properties, never changes them inside).
-    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? { ...result } : structuredClone(result)));
+      this.results.set(life.promptId, copyJson(result));
+    // Each await gets a result no other await shares, nor the one kept: a flow may change its msg's outputs
+    // in place (a change node on msg.payload), which must not reach what another await of the job is given.
+    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? result : copyJson(result)));
   }
 
   cancelledHere(promptId: string): boolean {
