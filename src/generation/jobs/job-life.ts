@@ -46,6 +46,7 @@
  * | in ending: none, or unreadable 3 times         | the end, `outputs_incomplete` / an unknown error           |
  * | close                                          | no end: every await resolves with nothing                  |
  */
+import { textOf } from '../../boundary/outside';
 import type { ImageType, PreviewMetadata } from './frames';
 import { mergeOutput, filesOf, type FileReference, type JobOutputs } from './job-outputs';
 import { executionError, type EndedAnswer, type ExecutionError, type LookupAnswer } from './job-lookup';
@@ -94,11 +95,12 @@ export interface LifeHost {
   cancelledHere(promptId: string): boolean;
 }
 
-const END_EVENTS: Record<string, 'completed' | 'failed' | 'cancelled'> = {
-  execution_success: 'completed',
-  execution_error: 'failed',
-  execution_interrupted: 'cancelled',
-};
+/** By the event's type word, which the server wrote: a Map, so `constructor` or `__proto__` ends nothing. */
+const END_EVENTS = new Map<string, 'completed' | 'failed' | 'cancelled'>([
+  ['execution_success', 'completed'],
+  ['execution_error', 'failed'],
+  ['execution_interrupted', 'cancelled'],
+]);
 
 /** Attempts at reading an ended job's outputs or error before it ends without them. */
 const ENDED_READS = 3;
@@ -185,7 +187,7 @@ export class JobLife {
     if (first) this.firstEventEpoch = event.epoch;
     const { type, data } = event;
     if (this.startEpoch !== undefined && event.epoch !== this.startEpoch) this.gap = true;
-    const end = END_EVENTS[type];
+    const end = END_EVENTS.get(type);
     if (end) {
       if (type === 'execution_error') this.end('failed', { error: executionError(data) });
       else this.end(end, { eventEpoch: event.epoch });
@@ -207,14 +209,16 @@ export class JobLife {
           this.host.check(this, 0);
           return;
         }
-        this.setNode(String(node));
+        const nodeText = textOf(node, 200);
+        if (nodeText !== undefined) this.setNode(nodeText);
         this.step = undefined;
         this.state = 'running';
         break;
       }
       case 'progress': {
-        const value = Number(data.value);
-        const max = Number(data.max);
+        // Never Number() of an object: its own valueOf or toString may be anything (or throw).
+        const value = Number(textOf(data.value));
+        const max = Number(textOf(data.max));
         if (Number.isFinite(value) && Number.isFinite(max)) {
           // Changed in place: a new object per event, held by a long-lived job, would outlive the young
           // generation and make every scavenge copy one per job in flight.
@@ -228,9 +232,8 @@ export class JobLife {
         break;
       }
       case 'executed': {
-        const node = data.node ?? data.display_node;
-        if (node !== undefined && node !== null)
-          mergeOutput((this.outputs ??= {}), String(node), data.output);
+        const node = textOf(data.node ?? data.display_node, 200);
+        if (node !== undefined) mergeOutput((this.outputs ??= {}), node, data.output);
         break;
       }
       case 'preview':
