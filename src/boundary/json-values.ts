@@ -117,3 +117,44 @@ function locate(root: unknown): JsonProblem | undefined {
   }
   return undefined;
 }
+
+/**
+ * A copy of a JSON value (what JSON.parse makes: plain objects, arrays, text, numbers, booleans, null) that
+ * shares no object with it, made without recursion (the value may nest deep). Every own enumerable key is
+ * copied as an own property, `__proto__` too (never the copy's prototype). A part met twice is copied once
+ * and met twice in the copy, so a value that refers to itself is copied, not walked forever.
+ */
+export function copyJson<T>(value: T): T {
+  if (value === null || typeof value !== 'object') return value;
+  const copies = new Map<object, object>();
+  const pending: Array<{ source: object; target: Record<string, unknown> | unknown[] }> = [];
+  const copyOf = (part: unknown): unknown => {
+    if (part === null || typeof part !== 'object') return part;
+    const known = copies.get(part);
+    if (known) return known;
+    const target: Record<string, unknown> | unknown[] = Array.isArray(part) ? [] : {};
+    copies.set(part, target);
+    pending.push({ source: part, target });
+    return target;
+  };
+  const root = copyOf(value);
+  while (pending.length > 0) {
+    const { source, target } = pending.pop() as (typeof pending)[number];
+    if (Array.isArray(target)) {
+      for (const item of source as unknown[]) target.push(copyOf(item));
+      continue;
+    }
+    for (const key of Object.keys(source)) {
+      const part = copyOf((source as Record<string, unknown>)[key]);
+      if (key === '__proto__')
+        Object.defineProperty(target, key, {
+          value: part,
+          enumerable: true,
+          writable: true,
+          configurable: true,
+        });
+      else target[key] = part;
+    }
+  }
+  return root as T;
+}

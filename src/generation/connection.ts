@@ -233,6 +233,7 @@ export class GenerationConnection {
         cancelRoute: () => this.server.hasCancelRoute(signal),
         cancelRouteMissing: () => this.server.noCancelRoute(),
         targetedInterruptSafe: () => this.server.targetedInterrupts(signal),
+        reportedRunning: (promptId) => this.jobs.lifeOf(promptId)?.state === 'running',
       },
       signal,
     );
@@ -243,10 +244,13 @@ export class GenerationConnection {
     return outcome;
   }
 
-  /** Interrupts the running job: only `promptId` when given (and only if it is the one running). */
+  /**
+   * Interrupts the running job: only `promptId` when given (and only if it is the one running). The server's
+   * answer does not say whether it ran (a waiting job is left as it is), so its awaits ask the server.
+   */
   async interrupt(promptId?: string, signal?: AbortSignal): Promise<unknown> {
     const body = await this.rest.interrupt(promptId, signal);
-    if (promptId) this.cancels.note([promptId], 'interrupted');
+    if (promptId) this.cancels.note([promptId], 'unconfirmed');
     return body;
   }
 

@@ -5,7 +5,8 @@
  * and send the targeted interrupt `POST /api/interrupt {prompt_id}` to a job still running. A job that is not in
  * the queue afterwards is asked about on its own, so a job that finished meanwhile is `ended`, not `removed`:
  * nothing is concluded from a read that failed. The registry remembers the cancels of a config node, so its
- * awaits tell a job the user cancelled from one that was lost. No Node-RED inside.
+ * awaits tell a job the user cancelled from one that was lost: only a cancel the server confirmed (`removed`,
+ * `interrupted`) makes a job it later forgets a cancelled one. No Node-RED inside.
  */
 import { ServiceError } from '../../http/errors';
 import type { HttpClient } from '../../http/client';
@@ -59,10 +60,14 @@ export class CancelRegistry {
     return this.kinds.get(promptId);
   }
 
-  /** Whether this config node cancelled the job (one that had ended already was not cancelled). */
+  /**
+   * Whether this config node cancelled the job and the server confirmed it: taken out of the queue, or told to
+   * stop while it ran. A cancel whose outcome could not be read, of a job the server did not know or that had
+   * ended, was not confirmed: a job the server forgets after it is lost, not cancelled.
+   */
   isCancelled(promptId: string): boolean {
     const kind = this.kinds.get(promptId);
-    return kind !== undefined && kind !== 'ended';
+    return kind === 'removed' || kind === 'interrupted';
   }
 
   /** The returned function removes exactly this listener. */
@@ -82,6 +87,8 @@ export interface CancelContext {
   cancelRouteMissing(): void;
   /** Whether a targeted interrupt of a job that is not running is harmless (it interrupts nothing). */
   targetedInterruptSafe(): Promise<boolean>;
+  /** Whether this connection's socket or status checks report the job running now. */
+  reportedRunning(promptId: string): boolean;
   rest: {
     cancel(promptIds: string[], signal?: AbortSignal): Promise<unknown>;
     interrupt(promptId?: string, signal?: AbortSignal): Promise<unknown>;
@@ -216,9 +223,10 @@ async function deleteAndInterrupt(
     // Still waiting after the delete: it was not taken out.
     else if (place === 'pending') kind = 'unconfirmed';
     else if (place === undefined) {
-      // The queue cannot be read: a targeted interrupt is sent where it cannot stop another job, and the
-      // awaits ask the server how the job ended.
-      if (await context.targetedInterruptSafe()) await interrupt(id);
+      // The queue cannot be read: the targeted interrupt is sent where it cannot stop another job, a server
+      // that takes it (ComfyUI 0.8 and later), or one whose running job is this one as far as this connection
+      // knows (an older server stops whatever runs). The awaits ask the server how the job ended.
+      if (context.reportedRunning(id) || (await context.targetedInterruptSafe())) await interrupt(id);
       kind = 'unconfirmed';
     } else kind = placeGone(phaseInQueue(before, id), await context.lookup.status(id, signal));
     addTo(outcome, id, kind);

@@ -23,6 +23,7 @@
  * No Node-RED inside.
  */
 import { setMaxListeners } from 'node:events';
+import { copyJson } from '../../boundary/json-values';
 import type { CancelKind, CancelRegistry } from './cancels';
 import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
 import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
@@ -90,6 +91,8 @@ interface Watch {
   silenceCheckedAt: number;
   /** Doubles each time a silence check finds the job still running (a long node), back to 1 on an event. */
   silenceBackoff: number;
+  /** Aborts the job's own requests (its status checks, its result reads) when its last await leaves. */
+  requests?: AbortController;
 }
 
 const SWEEP_SETTLE_MS = 300;
@@ -146,8 +149,11 @@ export class JobBook implements LifeHost {
   private socketSilenceCheckedAt = 0;
   private changeCount = 0;
   private readonly checks = new Limiter(CHECKS_AT_ONCE);
-  /** Aborts every request the book started when the connection closes. */
-  private readonly aborter = new AbortController();
+  /**
+   * Aborts the requests shared by the jobs (queue reads, run times) when the connection closes or the last job
+   * leaves (an await node redeployed while its config node stays): nothing is left open for no one.
+   */
+  private aborter = sharedAborter();
   private deregister?: () => void;
   private stopListening?: () => void;
   private closed = false;
@@ -157,9 +163,6 @@ export class JobBook implements LifeHost {
     timings: Partial<JobTimings> = {},
   ) {
     this.timings = { ...JobBook.defaultTimings, ...timings };
-    // Each request in flight listens to the signal: up to CHECKS_AT_ONCE checks and the result reads of jobs
-    // ending at once; more listeners than Node's default of 10 are expected, not a leak.
-    setMaxListeners(1000, this.aborter.signal);
   }
 
   /** Jobs awaited now. */
@@ -175,7 +178,7 @@ export class JobBook implements LifeHost {
     if (this.closed) return;
     const remembered = this.results.get(promptId);
     if (remembered) {
-      job.onEnd(structuredClone(remembered));
+      job.onEnd(copyJson(remembered));
       return;
     }
     const present = this.watches.get(promptId);
@@ -274,8 +277,9 @@ export class JobBook implements LifeHost {
     clearTimeout(watch.readTimer);
     watch.readTimer = setTimeout(() => {
       watch.readTimer = undefined;
+      const signal = requestsOf(watch).signal;
       this.checks
-        .run(() => this.connection.lookup.ended(life.promptId, this.aborter.signal))
+        .run(() => this.connection.lookup.ended(life.promptId, signal))
         .then(
           (answer) => life.onEndedRead(answer),
           () => undefined,
@@ -316,10 +320,10 @@ export class JobBook implements LifeHost {
     this.release(life, true);
     // Kept for later awaits; not a lost or refused end, which a later check may see otherwise.
     if (life.state === 'completed' || life.state === 'failed' || life.state === 'cancelled')
-      this.results.set(life.promptId, result);
-    // Each await gets its own copy: a node sets its result's `files`, which must not change the one kept for
-    // later awaits. The first a shallow one (the node replaces properties, never changes them inside).
-    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? { ...result } : structuredClone(result)));
+      this.results.set(life.promptId, copyJson(result));
+    // Each await gets a result no other await shares, nor the one kept: a flow may change its msg's outputs
+    // in place (a change node on msg.payload), which must not reach what another await of the job is given.
+    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? result : copyJson(result)));
   }
 
   cancelledHere(promptId: string): boolean {
@@ -417,16 +421,17 @@ export class JobBook implements LifeHost {
       return;
     }
     watch.checking = true;
+    const signal = requestsOf(watch).signal;
     let answer: LookupAnswer | undefined;
     try {
       answer = await this.checks.run(async (): Promise<LookupAnswer | undefined> => {
-        if (life.isOver || this.closed) return undefined;
+        if (life.isOver || signal.aborted) return undefined;
         const queued = phaseInQueue(await this.readQueue(), life.promptId);
         if (queued === 'running' || queued === 'pending') return { kind: 'phase', phase: queued };
-        return this.connection.lookup.status(life.promptId, this.aborter.signal, () => this.readQueue());
+        return this.connection.lookup.status(life.promptId, signal, () => this.readQueue());
       });
     } catch {
-      answer = undefined; // stopped by the close
+      answer = undefined; // stopped by the close, or the job's last await left
     }
     watch.checking = false;
     if (!answer || life.isOver || !this.watchOf(life)) return;
@@ -621,6 +626,7 @@ export class JobBook implements LifeHost {
     if (!watch) return;
     clearTimeout(watch.checkTimer);
     clearTimeout(watch.readTimer);
+    watch.requests?.abort();
     this.watches.delete(life.promptId);
     this.waiting.delete(life);
     this.running.delete(life);
@@ -629,6 +635,9 @@ export class JobBook implements LifeHost {
     if (this.watches.size === 0) {
       clearInterval(this.quietTimer);
       this.quietTimer = undefined;
+      this.aborter.abort();
+      if (!this.closed) this.aborter = sharedAborter();
+      this.queueRead = this.runTime = undefined;
       // The socket may close once no user is left.
       this.stopListening?.();
       this.deregister?.();
@@ -645,4 +654,17 @@ export class JobBook implements LifeHost {
   private log(level: 'debug' | 'warn', message: string): void {
     this.connection.log?.(level, message);
   }
+}
+
+function sharedAborter(): AbortController {
+  const aborter = new AbortController();
+  // Each shared request in flight listens to the signal, and a burst of checks may wait on one queue read:
+  // more listeners than Node's default of 10 are expected, not a leak.
+  setMaxListeners(1000, aborter.signal);
+  return aborter;
+}
+
+/** The job's own requests' controller, made at its first request (most jobs end on their events alone). */
+function requestsOf(watch: Watch): AbortController {
+  return (watch.requests ??= new AbortController());
 }

@@ -25,7 +25,7 @@
  * |------------------------------------------------|------------------------------------------------------------|
  * | execution_start, executing <node>, progress     | running (its node and step)                                |
  * | executed                                       | its output merged                                          |
- * | a frame of it that could not be read           | an event missed: the outputs come from REST                |
+ * | `eventsLost` (an event dropped or unreadable)  | never ends whole from its events: the outputs from REST    |
  * | executing null                                 | the run is over: check now                                 |
  * | execution_success                              | completed; ending when events may have been missed         |
  * | execution_error                                | failed with the event's error                              |
@@ -33,9 +33,9 @@
  * | answer or queue read: pending, running         | that state                                                 |
  * | queue read: n jobs ahead of it (waiting)       | its place, and a `queue` progress msg when it changed      |
  * | answer: completed, failed, cancelled           | that end; ending when the outputs or error are not in it   |
- * | answer: unknown                                | cancelled if this config cancelled it; else lost once      |
- * |                                                | confirmed, and not before `unknownGraceMs` for a job never |
- * |                                                | known                                                      |
+ * | answer: unknown                                | cancelled after a cancel the server confirmed (removed,    |
+ * |                                                | interrupted); else lost once confirmed, and not before     |
+ * |                                                | `unknownGraceMs` for a job never known                     |
  * | answer: unreadable (failed, 429, no queue)     | nothing concluded; check again later (429: Retry-After)    |
  * | answer: unreadable (401/403)                   | refused once confirmed                                     |
  * | answer: unreadable (no status route at all)    | after a run that is over: completed from its events        |
@@ -53,6 +53,7 @@ import { UNREADABLE_EVENT } from './frame-reader';
 import { mergeOutput, filesOf, type FileReference, type JobOutputs } from './job-outputs';
 import { executionError, type EndedAnswer, type ExecutionError, type LookupAnswer } from './job-lookup';
 import { isTerminal } from './status-words';
+import type { ReplayedEvent } from './kept-events';
 import type { SocketEvent } from './socket-manager';
 
 export type LifeState =
@@ -93,7 +94,10 @@ export interface LifeHost {
   progress(life: JobLife, progress: JobProgress): void;
   /** The life ended with this result. */
   finished(life: JobLife, result: JobResult): void;
-  /** Whether this config node cancelled the job (then a job the server forgot was cancelled, not lost). */
+  /**
+   * Whether a cancel of this config node was confirmed by the server (then a job the server forgot was
+   * cancelled, not lost).
+   */
   cancelledHere(promptId: string): boolean;
 }
 
@@ -159,6 +163,8 @@ export class JobLife {
   firstEventEpoch?: number;
   /** Events may have been missed (a reconnect, an event from another connection than the start). */
   gap = false;
+  /** An event of it was dropped (a bound on kept events, a frame that could not be read): see `eventsLost`. */
+  private lostEvents = false;
   /** Events so far (the book reads it to see which jobs go silent). */
   events = 0;
   /** Orders changes across lives (set by the book): the latest change has the highest. */
@@ -179,9 +185,20 @@ export class JobLife {
     return this.state !== 'submitted' && this.state !== 'pending' && this.state !== 'running';
   }
 
+  /**
+   * An event of this job was dropped before it reached the life (the bound on kept events, a frame that could
+   * not be read): its outputs are never taken as whole from its events. A success then reads them over REST, and
+   * ends `outputs_incomplete` when the server does not give them. Sticky: a later `execution_start` does not
+   * clear it, as it clears a gap.
+   */
+  eventsLost(): void {
+    this.lostEvents = true;
+  }
+
   /** A socket event of this job. Runs for every frame: constant work, no clock reads. */
-  onEvent(event: SocketEvent): void {
+  onEvent(event: ReplayedEvent): void {
     if (this.isOver) return;
+    if (event.eventsLost) this.lostEvents = true;
     this.events += 1;
     this.known = true;
     this.unknownSince = undefined;
@@ -240,7 +257,7 @@ export class JobLife {
       }
       case UNREADABLE_EVENT:
         // It may have been an `executed`: what the job made is asked of the server at its end.
-        this.gap = true;
+        this.eventsLost();
         if (first) this.host.changed(this, previous);
         return;
       case 'preview':
@@ -399,6 +416,7 @@ export class JobLife {
       const whole =
         !details.fromRest &&
         !this.gap &&
+        !this.lostEvents &&
         this.startEpoch !== undefined &&
         (details.eventEpoch === undefined || details.eventEpoch === this.startEpoch);
       if (!whole && !details.outputs) return this.readResult(result);

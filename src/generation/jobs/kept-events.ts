@@ -3,7 +3,9 @@
  * and replayed to every await of the job while it is awaited. Bounded in events per job (progress and previews
  * make room first), in jobs, in age (a timer forgets old jobs though no new event comes) and in bytes (the oldest
  * jobs make room). A job whose await ended is remembered, so its late events (`executing` null...) are dropped,
- * not kept. No Node-RED inside.
+ * not kept. A job that lost an event its result depends on to a bound is remembered too, and its replay says so
+ * (`eventsLost` on its first replayed event): its await reads the outputs over REST, or ends `outputs_incomplete`,
+ * never whole from what is left. No Node-RED inside.
  */
 import { RecentMap } from './recent-map';
 import type { BufferLimits, SocketEvent, SocketStats } from './socket-manager';
@@ -11,6 +13,11 @@ import type { BufferLimits, SocketEvent, SocketStats } from './socket-manager';
 interface KeptJob {
   firstAt: number;
   events: SocketEvent[];
+}
+
+/** A replayed event; the first of a job that lost events to a bound says so. */
+export interface ReplayedEvent extends SocketEvent {
+  readonly eventsLost?: true;
 }
 
 /** Events dropped first when a kept job's buffer is full: the result does not depend on them. */
@@ -30,6 +37,8 @@ function eventBytes(event: SocketEvent | undefined): number {
 export class KeptEvents {
   private readonly jobs = new Map<string, KeptJob>();
   private readonly ended = new RecentMap<string, true>(ENDED_MEMORY);
+  /** Jobs that lost an event their result depends on (not a progress one) while nobody awaited them. */
+  private readonly lost = new RecentMap<string, true>(ENDED_MEMORY);
   private size = 0;
   private ageTimer?: NodeJS.Timeout;
 
@@ -52,9 +61,15 @@ export class KeptEvents {
     return this.jobs.has(promptId);
   }
 
-  /** The job's kept events, in order (a copy: a replay may keep more). */
-  eventsOf(promptId: string): SocketEvent[] {
-    return [...(this.jobs.get(promptId)?.events ?? [])];
+  /**
+   * The job's kept events, in order (a copy: a replay may keep more). When it lost an event to a bound, the
+   * first says so (a copy of it: the kept one stays as it came). One that lost all it had is replayed none: its
+   * await never saw it start, which alone makes its end come from REST.
+   */
+  eventsOf(promptId: string): ReplayedEvent[] {
+    const events: ReplayedEvent[] = [...(this.jobs.get(promptId)?.events ?? [])];
+    if (events.length > 0 && this.lost.has(promptId)) events[0] = { ...events[0], eventsLost: true };
+    return events;
   }
 
   /** An await of the job began: its events are kept again, even if an earlier await of it ended. */
@@ -74,6 +89,7 @@ export class KeptEvents {
   release(promptId: string, ended: boolean): void {
     const kept = this.jobs.get(promptId);
     if (kept) this.forget(promptId, kept);
+    this.lost.delete(promptId);
     if (ended) this.ended.set(promptId, true);
   }
 
@@ -94,10 +110,10 @@ export class KeptEvents {
       if (!full && now - kept.firstAt <= this.limits.maxAgeMs) break;
       if (id === promptId) break;
       this.forget(id, kept);
-      this.stats.bufferedEventsDropped += kept.events.length;
+      this.lose(id, kept.events);
     }
     if (this.size + size > this.limits.keptBytes) {
-      this.stats.bufferedEventsDropped += 1;
+      this.lose(promptId, [event]);
       return;
     }
     if (!entry) {
@@ -111,9 +127,9 @@ export class KeptEvents {
     this.stats.eventsBuffered += 1;
     if (entry.events.length > this.limits.eventsPerJob) {
       const lossy = entry.events.findIndex((kept) => LOSSY_EVENTS.has(kept.type));
-      const [dropped] = entry.events.splice(lossy >= 0 ? lossy : 0, 1);
-      this.size -= eventBytes(dropped);
-      this.stats.bufferedEventsDropped += 1;
+      const dropped = entry.events.splice(lossy >= 0 ? lossy : 0, 1);
+      this.size -= eventBytes(dropped[0]);
+      this.lose(promptId, dropped);
     }
   }
 
@@ -123,12 +139,18 @@ export class KeptEvents {
     for (const [id, kept] of this.jobs) {
       if (now - kept.firstAt <= this.limits.maxAgeMs) break;
       this.forget(id, kept);
-      this.stats.bufferedEventsDropped += kept.events.length;
+      this.lose(id, kept.events);
     }
     if (this.jobs.size === 0) {
       clearInterval(this.ageTimer);
       this.ageTimer = undefined;
     }
+  }
+
+  /** Counts dropped events; a job that lost one its result depends on is remembered for its replay. */
+  private lose(promptId: string, events: SocketEvent[]): void {
+    this.stats.bufferedEventsDropped += events.length;
+    if (events.some((event) => !LOSSY_EVENTS.has(event.type))) this.lost.set(promptId, true);
   }
 
   private forget(promptId: string, kept: KeptJob): void {
