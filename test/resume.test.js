@@ -10,6 +10,7 @@ const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { Journal } = require('../dist/persist/journal');
 const { keptMessage, restoredMessage, KEPT_BUFFER_BYTES } = require('../dist/generation/jobs/kept-awaits');
+const { MAX_LINE_BYTES } = require('../dist/persist/journal');
 const {
   workflow,
   sleep,
@@ -80,10 +81,105 @@ describe('awaits that outlive Node-RED', () => {
       await journal.destroy();
       assert.equal(fs.existsSync(file), false);
     });
+    it('a change larger than one entry may be is refused when set, with its size, and one as large is skipped when read (one rule)', async () => {
+      const file = path.join(folder, 'j.jsonl');
+      const logged = [];
+      const journal = await Journal.open(file, { maxLineBytes: 100, log: (text) => logged.push(text) });
+      assert.deepEqual(journal.set('small', 'x'), { ok: true });
+      const refused = journal.set('large', 'x'.repeat(200));
+      assert.equal(refused.ok, false);
+      assert.match(refused.reason, /is 2\d\d bytes as JSON, more than the 100/);
+      assert.equal(journal.get('large'), undefined, 'what is refused is not kept, now either');
+      await journal.close();
+      assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /xxxx/, 'nor written');
+      // A line as large, written by another hand, is skipped by the same rule, said, and compacted away.
+      fs.appendFileSync(file, `${JSON.stringify({ k: 'other', v: 'y'.repeat(200) })}\n{"k":"after","v":1}\n`);
+      const again = await Journal.open(file, { maxLineBytes: 100, log: (text) => logged.push(text) });
+      assert.deepEqual(again.entries(), [
+        ['small', 'x'],
+        ['after', 1],
+      ]);
+      assert.ok(
+        logged.some((text) => /left out 1 entries larger than the 100 bytes/.test(text)),
+        logged.join(),
+      );
+      assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /yyyy/, 'the file is rewritten without it');
+      assert.equal(MAX_LINE_BYTES, 16 * 1024 * 1024);
+    });
+
+    it('a file larger than the state it may keep is read, not refused: its newest entries kept, the file compacted', async () => {
+      const file = path.join(folder, 'j.jsonl');
+      const lines = [];
+      for (let n = 0; n < 2000; n++) lines.push(JSON.stringify({ k: `k${n % 500}`, v: n }));
+      fs.writeFileSync(file, `${lines.join('\n')}\n`);
+      const size = fs.statSync(file).size;
+      const logged = [];
+      const journal = await Journal.open(file, { maxBytes: 4000, log: (text) => logged.push(text) });
+      assert.ok(journal.size > 100 && journal.size < 500, `${journal.size} kept`);
+      // The newest: the last set of each key, the oldest keys dropped first.
+      assert.equal(journal.get('k499'), 1999);
+      assert.equal(journal.get('k0'), undefined);
+      const keptSize = fs.statSync(file).size;
+      assert.ok(keptSize <= 4000 && keptSize < size, `rewritten: ${size} -> ${keptSize} bytes`);
+      assert.ok(
+        logged.some((text) => /oldest entries, past the 4000 bytes/.test(text)),
+        logged.join(),
+      );
+      assert.deepEqual((await Journal.open(file, { maxBytes: 4000 })).entries(), journal.entries());
+    });
+
+    it('a line that is not a change, or whose value the owner cannot read, is passed over; the rest stands', async () => {
+      const file = path.join(folder, 'j.jsonl');
+      fs.writeFileSync(
+        file,
+        [
+          '{"k":"a","v":1}',
+          '[1,2]',
+          '{"k":{"toString":1},"v":2}',
+          '{"__proto__":{"k":"b"},"v":3}',
+          `{"k":"deep","v":${'['.repeat(5000)}${']'.repeat(5000)}}`,
+          '{"k":"b","v":"text"}',
+          '{"k":"a","v":"not a number"}',
+          '',
+        ].join('\n'),
+      );
+      const readValue = (value) =>
+        typeof value === 'number' || value === 'text' ? { ok: true, value } : { ok: false, reason: 'no' };
+      const journal = await Journal.open(file, { readValue });
+      assert.deepEqual(journal.entries(), [['b', 'text']]);
+    });
+
+    // Modes as POSIX systems keep them (Windows has none of these bits to check).
+    it('files are its owner only (0600, folder 0700), those made before narrowed when opened', async () => {
+      const inner = path.join(folder, 'state');
+      fs.mkdirSync(inner, { mode: 0o755 });
+      fs.chmodSync(inner, 0o755);
+      const old = path.join(inner, 'old.jsonl');
+      fs.writeFileSync(old, '{"k":"a","v":1}\n', { mode: 0o644 });
+      fs.chmodSync(old, 0o644);
+      const opened = await Journal.open(old);
+      assert.equal(fs.statSync(old).mode & 0o777, 0o600);
+      assert.equal(fs.statSync(inner).mode & 0o777, 0o700);
+      opened.set('b', 2);
+      await opened.close();
+      assert.equal(fs.statSync(old).mode & 0o777, 0o600);
+      const made = path.join(folder, 'new', 'deeper', 'j.jsonl');
+      const fresh = await Journal.open(made);
+      fresh.set('a', 1);
+      await fresh.close();
+      assert.equal(fs.statSync(made).mode & 0o777, 0o600);
+      assert.equal(fs.statSync(path.dirname(made)).mode & 0o777, 0o700);
+      // A rewrite (compaction) keeps the mode.
+      const again = await Journal.open(made);
+      for (let n = 0; n < 3000; n++) again.delete(`k${n}`);
+      for (let n = 0; n < 3000; n++) again.set(`k${n}`, n);
+      await again.close();
+      assert.equal(fs.statSync(made).mode & 0o777, 0o600);
+    });
   });
 
   describe('the msg as kept', () => {
-    it('keeps what JSON can hold and Buffers up to 1 MiB; leaves out req/res, larger Buffers and what JSON cannot hold', () => {
+    it('keeps what JSON can hold and Buffers up to 1 MiB; leaves out req/res, larger Buffers and what cannot be restored', () => {
       const loop = { name: 'loop' };
       loop.self = loop;
       const msg = {
@@ -97,15 +193,34 @@ describe('awaits that outlive Node-RED', () => {
         loop,
         count: 10n,
         fn: () => 1,
+        when: new Date(0),
+        map: new Map([['a', 1]]),
+        nested: { socket: new (class Socket {})(), keep: 'yes', nan: NaN, list: [() => 1, 2] },
+        tags: { $buffer: 'not a buffer', $plain: { $buffer: 'nor this' } },
       };
       const { msg: kept, omitted } = keptMessage(msg);
-      assert.deepEqual(omitted.sort(), ['big', 'count', 'fn', 'loop', 'req', 'res']);
+      assert.deepEqual(omitted.sort(), [
+        'big',
+        'count',
+        'fn',
+        'loop.self',
+        'map',
+        'nested.list[0]',
+        'nested.nan',
+        'nested.socket',
+        'req',
+        'res',
+        'when',
+      ]);
       const restored = restoredMessage(JSON.parse(JSON.stringify(kept)));
       assert.deepEqual(restored, {
         _msgid: 'm1',
         topic: 'fox',
         mine: { list: [1, 2, { small: Buffer.from('hi') }] },
         image: Buffer.alloc(16, 7),
+        loop: { name: 'loop' },
+        nested: { keep: 'yes', list: [null, 2] },
+        tags: { $buffer: 'not a buffer', $plain: { $buffer: 'nor this' } },
       });
       assert.ok(Buffer.isBuffer(restored.image));
     });
