@@ -88,7 +88,7 @@ describe('awaits that outlive Node-RED', () => {
       assert.deepEqual(journal.set('small', 'x'), { ok: true });
       const refused = journal.set('large', 'x'.repeat(200));
       assert.equal(refused.ok, false);
-      assert.match(refused.reason, /is 2\d\d bytes as JSON, more than the 100/);
+      assert.match(refused.reason, /is 2\d\d bytes as JSON, more than 100 bytes/);
       assert.equal(journal.get('large'), undefined, 'what is refused is not kept, now either');
       await journal.close();
       assert.doesNotMatch(fs.readFileSync(file, 'utf8'), /xxxx/, 'nor written');
@@ -329,6 +329,113 @@ describe('awaits that outlive Node-RED', () => {
       await helper.unload();
       await load();
       await until(() => !fs.existsSync(orphan), 'the orphan journal to go');
+    });
+
+    const warnings = () =>
+      helper
+        .log()
+        .args.map(([entry]) => entry)
+        .filter((entry) => entry && entry.level === 30 && entry.type === 'graph-gen-await-job')
+        .map((entry) => ({ id: entry.id, text: String(entry.msg) }));
+
+    it('a msg too large to keep: awaited now, not kept, and a warning at once naming the node and the size', async () => {
+      await load();
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      // Larger than a kept entry may be (MAX_LINE_BYTES), as one property.
+      helper.getNode('await').receive({ prompt_id: job.id, payload: 'x'.repeat(MAX_LINE_BYTES + 10) });
+      await until(() => warnings().length > 0, 'a warning', 3000);
+      const [warning] = warnings();
+      assert.equal(warning.id, 'await', "the warning is the node's own");
+      assert.match(warning.text, /not kept for a restart/);
+      assert.match(warning.text, new RegExp(`more than ${MAX_LINE_BYTES} bytes`));
+      assert.equal(fs.existsSync(keptFile()) && /x{100}/.test(fs.readFileSync(keptFile(), 'utf8')), false);
+      sandbox.events.run(job.id);
+      const msg = await collect('done').next(1, 5000);
+      assert.equal(msg.payload.status, 'completed', 'the await itself goes on');
+    });
+
+    it('keeps its files to its owner (0600, folder 0700) and of an http-in msg neither req, res nor their headers', async () => {
+      // Made by an earlier release with the umask's modes: narrowed when the nodes start.
+      const folder = path.join(userDir(), 'graph-gen');
+      fs.mkdirSync(folder, { recursive: true, mode: 0o755 });
+      fs.chmodSync(folder, 0o755);
+      const idFile = path.join(folder, 'config-cfg.json');
+      fs.writeFileSync(idFile, JSON.stringify({ clientId: '0b7d3c2e-4a51-4f0e-9a7b-2c1d0e9f8a76' }), {
+        mode: 0o644,
+      });
+      fs.chmodSync(idFile, 0o644);
+      await load();
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      helper.getNode('await').receive({
+        prompt_id: job.id,
+        topic: 'kept',
+        req: { headers: { authorization: 'Bearer s3cret-token' }, socket: {} },
+        res: { _res: { end() {} } },
+        when: new Date(),
+      });
+      await until(() => fs.existsSync(keptFile()), 'the await to be kept');
+      await helper.unload();
+      const text = fs.readFileSync(keptFile(), 'utf8');
+      assert.doesNotMatch(text, /s3cret|authorization|"req"|"res"/);
+      assert.match(text, /"topic":"kept"/);
+      assert.equal(fs.statSync(keptFile()).mode & 0o777, 0o600);
+      assert.equal(fs.statSync(folder).mode & 0o777, 0o700);
+      assert.equal(fs.statSync(idFile).mode & 0o777, 0o600);
+    });
+
+    /** The await node of awaitFlow three times, under ids that an earlier release gave one file name. */
+    const threeIds = ['a:b', 'a/b', 'a_b'];
+    const loadThree = () =>
+      helper.load(
+        NODES,
+        awaitFlow(sandbox).flatMap((node) =>
+          node.id === 'await' ? threeIds.map((id) => ({ ...node, id })) : [node],
+        ),
+        { cfg: {} },
+      );
+
+    it('node ids that differ only in odd characters keep separate files: each resumes its own awaits, each result once', async () => {
+      await loadThree();
+      const jobs = threeIds.map((id) => {
+        const job = sandbox.jobs.submit(workflow(), 'another-client');
+        helper.getNode(id).receive({ prompt_id: job.id, topic: id });
+        return job;
+      });
+      const folder = path.join(userDir(), 'graph-gen');
+      await until(
+        () =>
+          fs.existsSync(folder) &&
+          fs.readdirSync(folder).filter((name) => name.startsWith('await-job-')).length === 3,
+        'three kept files',
+      );
+      await helper.unload();
+      await loadThree();
+      const done = collect('done');
+      for (const job of jobs) sandbox.events.run(job.id);
+      await done.next(3, 5000);
+      await sleep(500);
+      assert.deepEqual(done.received.map((msg) => msg.topic).sort(), [...threeIds].sort(), 'each once');
+      for (const msg of done.received) assert.equal(msg.resumed, true);
+    });
+
+    it('a file an earlier release kept under the old name is taken over and resumed once, by one of the nodes it could be of', async () => {
+      const job = sandbox.jobs.submit(workflow(), 'another-client');
+      const folder = path.join(userDir(), 'graph-gen');
+      fs.mkdirSync(folder, { recursive: true });
+      // The old name of all three ids: `a_b`.
+      fs.writeFileSync(
+        path.join(folder, 'await-job-a_b.jsonl'),
+        `${JSON.stringify({ k: `${job.id}#m1abc`, v: { config: 'cfg', msg: { topic: 'old', _msgid: 'm1' } } })}\n`,
+      );
+      await loadThree();
+      const done = collect('done');
+      sandbox.events.run(job.id);
+      const msg = await done.next(1, 5000);
+      assert.equal(msg.topic, 'old');
+      assert.equal(msg.resumed, true);
+      await sleep(500);
+      assert.equal(done.received.length, 1, 'resumed once');
+      assert.equal(fs.existsSync(path.join(folder, 'await-job-a_b.jsonl')), false, 'the old name is gone');
     });
   });
 });

@@ -167,7 +167,7 @@ export class Journal<V> {
   /** The one rule on sizes, for what is set and for what is read: a line, and the state it joins. */
   private refusal(bytes: number, otherBytes: number): string | undefined {
     if (bytes > this.maxLineBytes)
-      return `it is ${bytes} bytes as JSON, more than the ${this.maxLineBytes} one kept entry may be`;
+      return `it is ${bytes} bytes as JSON, more than ${this.maxLineBytes} bytes, the most one kept entry may be`;
     if (otherBytes + bytes + 1 > this.maxBytes)
       return `the ${otherBytes} bytes kept already and its ${bytes} would pass the ${this.maxBytes} kept at most`;
     return undefined;
