@@ -6,7 +6,7 @@
  * submitted before the restart still reach this Node-RED.
  *
  * A node's file is named by its id, and the name must be one node's only: `fileId` keeps an id as it is when it
- * is made of lower-case letters, digits and `-` (Node-RED's own ids: 16 hex digits), and otherwise writes what
+ * is made of lower-case letters, digits, `.` and `-` (Node-RED's own ids: hex digits), and otherwise writes what
  * a name can hold of it (for people) followed by `~` and a hash of the whole id, so `a:b`, `a/b` and `a_b` get
  * three files, on case-blind file systems too. Releases before named every file `legacyFileId`: that file is
  * taken over (renamed) by the first node it could be the file of, so what it kept is resumed once.
@@ -43,7 +43,7 @@ export function keptClientId(RED: NodeAPI, configId: string): string {
     const read = text.length <= 1000 ? readJsonText(text) : undefined;
     const kept = read?.ok && isRecord(read.value) ? ownValue(read.value, 'clientId') : undefined;
     if (typeof kept === 'string' && UUID.test(kept)) {
-      chmodSync(file, PRIVATE_FILE_MODE);
+      narrowSync(file);
       return kept;
     }
   } catch {
@@ -58,6 +58,15 @@ export function keptClientId(RED: NodeAPI, configId: string): string {
     // kept for this start only
   }
   return clientId;
+}
+
+/** A file made by an earlier release with the umask's mode is made its owner's only; one we cannot change stays. */
+function narrowSync(file: string): void {
+  try {
+    chmodSync(file, PRIVATE_FILE_MODE);
+  } catch {
+    // not ours to change (another user's, a file system without modes): read as it is
+  }
 }
 
 /** The config node was removed from the flows: its kept id goes. */
@@ -87,8 +96,11 @@ export function nodeFile(RED: NodeAPI, prefix: string, nodeId: string, suffix: s
   return file;
 }
 
-/** Ids kept as they are in a file name: Node-RED's own (hex digits), distinct on case-blind file systems too. */
-const PLAIN_ID = /^[a-z0-9-]{1,64}$/;
+/**
+ * Ids kept as they are in a file name: Node-RED's own (16 hex digits; `8.6` hex digits before Node-RED 2), so
+ * their files keep their names; distinct on case-blind file systems too.
+ */
+const PLAIN_ID = /^[a-z0-9.-]{1,64}$/;
 /** Characters of an id kept readable before the hash, when it is hashed. */
 const READABLE_PART = 32;
 
