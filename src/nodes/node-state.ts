@@ -100,7 +100,7 @@ export function nodeFile(RED: NodeAPI, prefix: string, nodeId: string, suffix: s
  * Ids kept as they are in a file name: Node-RED's own (16 hex digits; `8.6` hex digits before Node-RED 2), so
  * their files keep their names; distinct on case-blind file systems too.
  */
-const PLAIN_ID = /^[a-z0-9.-]{1,64}$/;
+const PLAIN_ID = /^[a-z0-9][a-z0-9.-]{0,63}$/;
 /** Characters of an id kept readable before the hash, when it is hashed. */
 const READABLE_PART = 32;
 

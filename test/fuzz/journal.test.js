@@ -10,6 +10,7 @@ const path = require('node:path');
 const { fc, fuzzOptions, hostileJson, deepJson, PROTOTYPE_WORDS } = require('../support/fuzz');
 const { Journal } = require('../../dist/persist/journal');
 const { readJsonText } = require('../../dist/boundary/outside');
+const { fileId } = require('../../dist/nodes/node-state');
 const {
   keptMessage,
   readKeptAwait,
@@ -212,5 +213,26 @@ describe('resume journal (fuzzed)', () => {
     const deep = keptMessage({ deep: JSON.parse(deepJson(300)), big: Buffer.alloc(KEPT_BUFFER_BYTES + 1) });
     assert.equal(deep.ok, true);
     assert.deepEqual(deep.omitted.length, 2);
+  });
+
+  it("state file names are one node id's only (case-blind too), path-safe, and Node-RED's own ids unchanged", () => {
+    const odd = fc.oneof(
+      fc.constantFrom(...PROTOTYPE_WORDS, 'a:b', 'a/b', 'a_b', 'A_B', '..', '.', '', 'a\\b', 'a\u0000b'),
+      fc.string({ maxLength: 80 }),
+      fc.string({ unit: 'binary', maxLength: 20 }),
+    );
+    fc.assert(
+      fc.property(fc.uniqueArray(odd, { minLength: 2, maxLength: 8 }), (ids) => {
+        const names = ids.map((id) => fileId(id));
+        for (const name of names) {
+          assert.match(name, /^[a-z0-9.~-]{1,100}$/);
+          assert.ok(name !== '.' && name !== '..');
+        }
+        assert.equal(new Set(names.map((name) => name.toLowerCase())).size, ids.length, ids.join(' | '));
+      }),
+      fuzzOptions(300),
+    );
+    assert.equal(fileId('0a1b2c3d4e5f6a7b'), '0a1b2c3d4e5f6a7b');
+    assert.equal(fileId('1b2a3c4d.5e6f7'), '1b2a3c4d.5e6f7');
   });
 });
