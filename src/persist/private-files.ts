@@ -6,17 +6,12 @@
  * inside.
  */
 import { chmodSync, mkdirSync } from 'node:fs';
-import { chmod, mkdir } from 'node:fs/promises';
+import { chmod } from 'node:fs/promises';
 
 export const PRIVATE_FILE_MODE = 0o600;
 export const PRIVATE_FOLDER_MODE = 0o700;
 
 /** Makes `folder` (and those above it that are missing) and narrows it to its owner. */
-export async function makePrivateFolder(folder: string): Promise<void> {
-  await mkdir(folder, { recursive: true, mode: PRIVATE_FOLDER_MODE });
-  await chmod(folder, PRIVATE_FOLDER_MODE);
-}
-
 export function makePrivateFolderSync(folder: string): void {
   mkdirSync(folder, { recursive: true, mode: PRIVATE_FOLDER_MODE });
   chmodSync(folder, PRIVATE_FOLDER_MODE);
