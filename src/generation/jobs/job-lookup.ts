@@ -276,20 +276,16 @@ function historyEntry(body: unknown, promptId: string): Record<string, unknown> 
 }
 
 /**
- * A history entry `{status: {status_str, completed, messages}, outputs}`. An entry without a status is a
- * completed job (servers before status_str); a status or status_str of another kind is no word at all.
+ * A history entry `{status: {status_str, completed, messages}, outputs}`. An entry whose status is missing or
+ * null is a completed job (ComfyUI records none when a run gave none); a status that is not a record with a
+ * `status_str` word is no word at all: "could not read", never "completed".
  */
 function fromHistoryEntry(entry: Record<string, unknown>): PhaseAnswer | Unreadable {
-  const given = ownValue(entry, 'status');
-  if (given !== undefined && !isRecord(given)) return statusNotAWord('/api/history/{id}');
+  const given = ownValue(entry, 'status') ?? null;
+  if (given !== null && !isRecord(given)) return statusNotAWord('/api/history/{id}');
   const status = given ?? {};
-  const statusStr = ownValue(status, 'status_str');
-  const word =
-    statusStr === undefined
-      ? 'completed'
-      : typeof statusStr === 'string'
-        ? textOf(statusStr, MAX_WORD)
-        : undefined;
+  const statusStr = given === null ? 'completed' : ownValue(given, 'status_str');
+  const word = typeof statusStr === 'string' ? textOf(statusStr, MAX_WORD) : undefined;
   if (word === undefined) return statusNotAWord('/api/history/{id}');
   const read = readMessages(status.messages, phaseOfStatus(word));
   const answer: PhaseAnswer = { kind: 'phase', phase: read.phase, word, error: read.error };
