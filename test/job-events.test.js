@@ -231,6 +231,69 @@ describe('job events', function () {
       assert.deepEqual(topicsOf(out, id), ['queued', 'started', 'completed']);
     });
 
+    // JSON carries `{"toString": 1}`: turning such a value into text by its own means throws, which once failed
+    // every look at the server, so that no later job was told.
+    it('a job whose answer holds values without a toString is told, and so is every job after it', async () => {
+      const { out } = await start(flow(sandbox));
+      sandbox.events.options.autoRun = false;
+      const hostile = await submitAs(sandbox, OTHER);
+      await toldOf(out, hostile, 'queued');
+      const error = {
+        exception_type: 'OOMError',
+        exception_message: { toString: 1 },
+        traceback: [{ toString: 1 }, 'File "nodes.py", line 1'],
+      };
+      sandbox.faults.add({
+        path: `/api/jobs/${hostile}`,
+        status: 200,
+        body: { id: hostile, status: 'failed', execution_error: error },
+        times: Infinity,
+      });
+      sandbox.events.options.autoRun = true;
+      sandbox.events.run(hostile);
+      await toldOf(out, hostile, 'failed');
+      const later = await submitAs(sandbox, OTHER);
+      await toldOf(out, later, 'completed');
+      const told = out.received.find((msg) => msg.prompt_id === hostile && msg.topic === 'failed');
+      assert.deepEqual(told.payload.error, {
+        exception_type: 'OOMError',
+        exception_message: '',
+        traceback: ['File "nodes.py", line 1'],
+      });
+      assert.deepEqual(warnings(), []);
+    });
+
+    it('an entry whose id is no job id (past 200 characters) is left out with one warning and never told', async () => {
+      const { out } = await start(flow(sandbox));
+      const long = 'x'.repeat(300);
+      sandbox.faults.add({
+        path: '/api/jobs',
+        method: 'GET',
+        status: 200,
+        body: {
+          jobs: [{ id: long, status: 'pending', create_time: Date.now() }],
+          pagination: { has_more: false },
+        },
+        times: Infinity,
+      });
+      for (let n = 0; n < 2; n++) {
+        sandbox.events.broadcast('status', { status: { exec_info: { queue_remaining: 1 } } });
+        await until(() => sandbox.counters.matching('/api/jobs', 'GET').length >= 2 * (n + 1), 'a look');
+        await quiet(sandbox);
+      }
+      assert.equal(
+        warnings().filter((text) => /name no job \(a job id of 300 characters/.test(text)).length,
+        1,
+      );
+      sandbox.faults.clear();
+      const later = await submitAs(sandbox, OTHER);
+      await toldOf(out, later, 'completed');
+      assert.deepEqual(
+        out.received.filter((msg) => msg.prompt_id.length > 200),
+        [],
+      );
+    });
+
     it("with only others' jobs, leaves out this config node's own, whichever way they were submitted", async () => {
       const { out } = await start(flow(sandbox, { clients: 'others' }, SUBMIT));
       const clientId = helper.getNode('cfg').connection.clientId;
@@ -546,6 +609,26 @@ describe('job events', function () {
       assert.equal(memory.size, ENDED_KEPT);
       assert.equal(memory.get('job-9'), undefined);
       assert.deepEqual(memory.get('job-10'), { step: 'ended' });
+    });
+
+    it('reads its store as untrusted: ids that are no job ids, steps that are none, and past MAX_JOBS are dropped', () => {
+      const { MAX_JOBS } = require('../dist/generation/jobs/job-event-memory');
+      const kept = store();
+      kept.map.set('mark', { mark: 5, scope: 'cfg' });
+      kept.map.set(`j:${'x'.repeat(300)}`, { s: 'q' });
+      kept.map.set('j:a-constructor-step', { s: 'constructor' });
+      kept.map.set('j:a-proto-step', JSON.parse('{"s": "__proto__"}'));
+      kept.map.set('j:', { s: 'q' });
+      kept.map.set('j:good', { s: 'r', c: 3 });
+      const memory = new JobEventMemory(kept, 'cfg');
+      assert.deepEqual(memory.active(), [['good', { step: 'started', createdAt: 3 }]]);
+      assert.deepEqual([...kept.map.keys()].sort(), ['j:good', 'mark']);
+
+      const full = store();
+      full.map.set('mark', { mark: 5, scope: 'cfg' });
+      for (let n = 0; n < MAX_JOBS + 5; n++) full.map.set(`j:job-${n}`, { s: 'e' });
+      assert.equal(new JobEventMemory(full, 'cfg').size, MAX_JOBS);
+      assert.equal(full.map.size, MAX_JOBS + 1);
     });
 
     it('starts anew for another server: what was kept for another config node or address is dropped', () => {

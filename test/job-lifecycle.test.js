@@ -113,6 +113,47 @@ describe('job lifecycle on a self-hosted server', () => {
       assert.equal(result.outputs_incomplete, undefined);
     });
 
+    // JSON carries `{"toString": 1}`: turning such a value into text by its own means throws, which once made a
+    // lookup reject and the await wait for ever without a word.
+    it('a status answer holding a value without a toString is "could not read": the job is asked elsewhere and ends', async () => {
+      const { sandbox, tracker } = await setUp();
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      await until(() => job.state === 'completed', 'the job to end');
+      sandbox.faults.add({
+        path: `/api/job/${job.id}/status`,
+        status: 200,
+        body: { status: { toString: 1 } },
+        times: Infinity,
+      });
+      const result = await Promise.race([tracker.track(job.id), sleep(5000).then(() => 'still waiting')]);
+      assert.equal(result?.status, 'completed');
+      assert.deepEqual(fileNames(result.outputs), fileNames(job.outputs));
+    });
+
+    it('a traceback holding values without a toString ends the await failed, with the lines that are text', async () => {
+      const { sandbox, tracker } = await setUp();
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      await until(() => job.state === 'completed', 'the job to end');
+      const error = {
+        exception_type: { toString: 1 },
+        exception_message: 'out of memory',
+        traceback: [{ toString: 1 }, 'File "nodes.py", line 1', { valueOf: 1, toString: 'x' }],
+      };
+      sandbox.faults.add({
+        path: `/api/jobs/${job.id}`,
+        status: 200,
+        body: { id: job.id, status: 'failed', execution_error: error },
+        times: Infinity,
+      });
+      const result = await Promise.race([tracker.track(job.id), sleep(5000).then(() => 'still waiting')]);
+      assert.equal(result?.status, 'failed');
+      assert.deepEqual(result.error, {
+        exception_type: 'unknown',
+        exception_message: 'out of memory',
+        traceback: ['File "nodes.py", line 1'],
+      });
+    });
+
     it('a job no route knows ends failed with JobLost after the grace time, confirmed by a second check', async () => {
       const { tracker } = await setUp({ trackerOptions: { unknownGraceMs: 300, lostConfirmMs: 100 } });
       const started = Date.now();

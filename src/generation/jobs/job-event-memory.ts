@@ -6,8 +6,10 @@
  * (the list is read down to the mark, and a job older than it is looked at only while remembered as waiting
  * or running). Bounded: ended jobs older than the mark are forgotten; ended jobs without a `create_time` (the
  * cloud, servers without a list) are kept up to ENDED_KEPT, the oldest forgotten first; MAX_JOBS in all.
- * No Node-RED inside.
+ * What the store gives back is read as untrusted (a journal line may be anything): a key whose id is no job id
+ * (job-ids.ts) or a record that is no job is dropped, and no more than MAX_JOBS are read. No Node-RED inside.
  */
+import { readJobId } from './job-ids';
 
 /** How far a job got: waiting (queued told), running (started told), ended (its end told). */
 export type JobStep = 'queued' | 'started' | 'ended';
@@ -50,7 +52,12 @@ const MARK_KEY = 'mark';
 /** Job keys are prefixed: a server may name a job anything, "mark" too. */
 const JOB_PREFIX = 'j:';
 const STEP_CODES: Record<JobStep, KeptJob['s']> = { queued: 'q', started: 'r', ended: 'e' };
-const CODE_STEPS: Record<KeptJob['s'], JobStep> = { q: 'queued', r: 'started', e: 'ended' };
+/** A Map: a kept code is a word from outside (`constructor` is no step). */
+const CODE_STEPS = new Map<unknown, JobStep>([
+  ['q', 'queued'],
+  ['r', 'started'],
+  ['e', 'ended'],
+]);
 
 /** Ended jobs without a create_time kept at most (the newest). */
 export const ENDED_KEPT = 2_000;
@@ -59,13 +66,15 @@ export const MAX_JOBS = 20_000;
 
 export const STEP_RANK: Record<JobStep, number> = { queued: 1, started: 2, ended: 3 };
 
-function jobOf(record: KeptRecord | undefined): RememberedJob | undefined {
-  if (!record || typeof record !== 'object' || !('s' in record) || !(record.s in CODE_STEPS))
-    return undefined;
-  const job: RememberedJob = { step: CODE_STEPS[record.s] };
+function jobOf(kept: KeptRecord | undefined): RememberedJob | undefined {
+  if (!kept || typeof kept !== 'object' || !Object.hasOwn(kept, 's')) return undefined;
+  const record = kept as KeptJob;
+  const step = CODE_STEPS.get(record.s);
+  if (!step) return undefined;
+  const job: RememberedJob = { step };
   if (typeof record.c === 'number' && Number.isFinite(record.c)) job.createdAt = record.c;
   if (record.o === 0 || record.o === 1) job.own = record.o === 1;
-  if (typeof record.n === 'number' && record.n > 0) job.failedReads = record.n;
+  if (typeof record.n === 'number' && Number.isFinite(record.n) && record.n > 0) job.failedReads = record.n;
   return job;
 }
 
@@ -99,9 +108,14 @@ export class JobEventMemory {
     }
     this.markValue = mark.mark;
     for (const [key, record] of entries) {
-      if (!key.startsWith(JOB_PREFIX)) continue;
-      const job = jobOf(record);
-      if (job) this.put(key.slice(JOB_PREFIX.length), job, false);
+      if (key === MARK_KEY) continue;
+      const id =
+        typeof key === 'string' && key.startsWith(JOB_PREFIX)
+          ? readJobId(key.slice(JOB_PREFIX.length))
+          : undefined;
+      const job = id?.ok && this.jobs.size < MAX_JOBS ? jobOf(record) : undefined;
+      if (id?.ok && job) this.put(id.value, job, false);
+      else store.delete(key);
     }
   }
 

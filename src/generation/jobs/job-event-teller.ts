@@ -15,6 +15,7 @@ import { unknownFailure, type JobResult } from './job-life';
 import type { ExecutionError } from './job-lookup';
 import { JobEventMemory, STEP_RANK, type JobStep, type RememberedJob } from './job-event-memory';
 import type { TerminalPhase } from './status-words';
+import { errorText } from '../../boundary/outside';
 
 export type JobEventTopic = 'queued' | 'started' | 'completed' | 'failed' | 'cancelled';
 
@@ -180,7 +181,7 @@ export class JobEventTeller {
     } catch (error) {
       this.options.log(
         'warn',
-        `graph-gen job events: sending the ${topic} event of ${id} failed: ${String(error)}`,
+        `graph-gen job events: sending the ${topic} event of ${id} failed: ${errorText(error)}`,
       );
     }
   }

@@ -31,6 +31,8 @@ import {
 import { JobTracker } from './job-tracker';
 import { ServerJobReader, type LookOutcome } from './server-job-reader';
 import type { ConnectionState } from './socket-manager';
+import { readJobId } from './job-ids';
+import { errorText } from '../../boundary/outside';
 
 export {
   JOB_EVENT_TOPICS,
@@ -230,7 +232,10 @@ export class JobEvents {
         : await this.reader.look(this.aborter.signal);
     } catch (error) {
       // Only an abort rejects (the node closes); anything else is a fault of this code, reported.
-      outcome = { kind: 'failed', trouble: { kind: 'unreadable', reason: 'failed', message: String(error) } };
+      outcome = {
+        kind: 'failed',
+        trouble: { kind: 'unreadable', reason: 'failed', message: errorText(error) },
+      };
     } finally {
       this.looking = false;
     }
@@ -302,7 +307,8 @@ export class JobEvents {
    * and the job book follows it to its end.
    */
   private cloudEvent(promptId: string): void {
-    if (this.closed || !this.teller.memory.begun || !this.teller.movedOn(promptId, 'running')) return;
+    if (this.closed || !this.teller.memory.begun || !readJobId(promptId).ok) return;
+    if (!this.teller.movedOn(promptId, 'running')) return;
     this.teller.advance(promptId, 'started', { ran: true }, this.teller.ownerOf(promptId) ?? false, false);
     this.follow(promptId);
   }

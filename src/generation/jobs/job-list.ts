@@ -4,11 +4,12 @@
  * page at a time; and who submitted the jobs that wait or run: only `/api/queue` names that (its entries'
  * `extra_data.client_id`; `/api/jobs/{id}` of a waiting or running job does not, measured on v0.8.0 and
  * v0.33.0). Every answer is untrusted: bounded in bytes by the HTTP client, entries that are not jobs skipped,
- * a body of another shape unreadable, never "no jobs". No Node-RED inside.
+ * a body of another shape unreadable, never "no jobs"; an id that is no job id (job-ids.ts) left out with its
+ * reason. No Node-RED inside.
  */
 import type { HttpClient } from '../../http/client';
 import { clientIdOf, lacksRoute, unreadableOf, type Unreadable } from './job-lookup';
-import { promptIdOfQueueElement } from '../transfer/rest-client';
+import { dropOne, readJobId, readQueueEntryId, type Dropped } from './job-ids';
 import { phaseOfStatus, type JobPhase } from './status-words';
 import { isRecord } from '../../boundary/json-values';
 
@@ -23,7 +24,7 @@ export interface ListedJob {
 }
 
 export type JobsPage =
-  | { kind: 'page'; jobs: ListedJob[]; hasMore: boolean }
+  | { kind: 'page'; jobs: ListedJob[]; hasMore: boolean; dropped?: Dropped }
   /** The server has no list (before ComfyUI 0.8; a cloud service): a 405 or a framework's 404 page. */
   | { kind: 'absent' }
   | Unreadable;
@@ -31,19 +32,16 @@ export type JobsPage =
 /** Who submitted each waiting or running job: its `client_id`, or undefined when it was sent without one. */
 export type QueueOwners = { kind: 'read'; owners: Map<string, string | undefined> } | Unreadable;
 
-/** A job id as a server may give it: a string a key can hold, not a whole document. */
-const MAX_ID_LENGTH = 256;
-
-function listedJobOf(entry: unknown): ListedJob | undefined {
-  if (!isRecord(entry)) return undefined;
-  const { id, status } = entry;
-  if (typeof id !== 'string' || id === '' || id.length > MAX_ID_LENGTH || typeof status !== 'string')
-    return undefined;
-  const phase = phaseOfStatus(status);
+/** A list entry as a job; undefined for an entry that is not one, or the reason its id is none. */
+function listedJobOf(entry: unknown): ListedJob | undefined | { dropped: string } {
+  if (!isRecord(entry) || typeof entry.status !== 'string') return undefined;
+  const id = readJobId(entry.id);
+  if (!id.ok) return { dropped: id.reason };
+  const phase = phaseOfStatus(entry.status);
   const created = entry.create_time;
   const started = entry.execution_start_time;
   return {
-    id,
+    id: id.value,
     phase,
     createdAt: typeof created === 'number' && Number.isFinite(created) ? created : undefined,
     ran: phase === 'running' || (typeof started === 'number' && Number.isFinite(started)),
@@ -56,11 +54,13 @@ export function jobsPageOf(body: unknown): Extract<JobsPage, { kind: 'page' }> |
   const hasMore = body.pagination.has_more;
   if (typeof hasMore !== 'boolean') return undefined;
   const jobs: ListedJob[] = [];
+  let dropped: Dropped | undefined;
   for (const entry of body.jobs) {
     const job = listedJobOf(entry);
-    if (job) jobs.push(job);
+    if (job && 'dropped' in job) dropped = dropOne(dropped, job.dropped);
+    else if (job) jobs.push(job);
   }
-  return { kind: 'page', jobs, hasMore };
+  return dropped ? { kind: 'page', jobs, hasMore, dropped } : { kind: 'page', jobs, hasMore };
 }
 
 /** One page of every job, newest first: `limit` jobs from `offset`. Rejects only when `signal` aborts. */
@@ -99,7 +99,7 @@ function ownerOf(element: unknown): string | undefined {
   const extra = Array.isArray(element)
     ? element[3]
     : isRecord(element)
-      ? 'client_id' in element
+      ? Object.hasOwn(element, 'client_id')
         ? element
         : element.extra_data
       : undefined;
@@ -128,8 +128,8 @@ export async function readQueueOwners(
   for (const list of [body.queue_running, body.queue_pending]) {
     if (!Array.isArray(list)) continue;
     for (const element of list) {
-      const id = promptIdOfQueueElement(element);
-      if (id) owners.set(id, ownerOf(element));
+      const id = readQueueEntryId(element);
+      if (id.ok) owners.set(id.value, ownerOf(element));
     }
   }
   return { kind: 'read', owners };

@@ -14,15 +14,18 @@
  * `/api/history/{id}` (self-hosted servers), and the queue (`/api/jobs?status=pending,in_progress` where the
  * server lists its active jobs, else `/api/queue`) to tell a job that waits from one the service has forgotten,
  * and to answer for many jobs at once. One JobLookup per config node remembers the routes its server lacks, so a
- * check costs one request, not three. Words are mapped by status-words. Past 400 lines: every route's answer
+ * check costs one request, not three. Words are mapped by status-words. Every answer is read as untrusted: a
+ * status that is not text is "could not read" (never a phase), text is taken only through `textOf`, ids only
+ * through job-ids. Past 400 lines: every route's answer
  * shape, read in one place.
  */
 import type { HttpClient } from '../../http/client';
 import { ServiceError } from '../../http/errors';
 import { setOwn, type JobOutputs } from './job-outputs';
-import { promptIdOfQueueElement, promptIdsOf } from '../transfer/rest-client';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
 import { isRecord } from '../../boundary/json-values';
+import { errorText, ownValue, textOf } from '../../boundary/outside';
+import { dropOne, readJobId, readQueueEntryId, type Dropped } from './job-ids';
 
 export interface ExecutionError {
   exception_type: string;
@@ -61,9 +64,17 @@ export type LookupAnswer =
 /**
  * The jobs a queue read found waiting and running, and for each waiting job how many jobs are ahead of it (the
  * running ones, then the waiting ones the server runs first: lower queue numbers); or why it could not be read.
+ * `dropped`: entries whose id is not a job id (job-ids.ts), left out.
  */
 export type QueueRead =
-  { kind: 'read'; running: Set<string>; pending: Set<string>; ahead: Map<string, number> } | Unreadable;
+  | {
+      kind: 'read';
+      running: Set<string>;
+      pending: Set<string>;
+      ahead: Map<string, number>;
+      dropped?: Dropped;
+    }
+  | Unreadable;
 
 /** A waiting job's place: its id and its queue number (ComfyUI's `priority`, the first item of a queue entry). */
 interface Waiting {
@@ -72,19 +83,21 @@ interface Waiting {
 }
 
 /** The read, with each waiting job's count of jobs ahead of it (the running ones, then lower numbers). */
-function readOf(running: Set<string>, waiting: Waiting[]): QueueRead {
+function readOf(running: Set<string>, waiting: Waiting[], dropped: Dropped | undefined): QueueRead {
   const ordered = [...waiting].sort((a, b) => a.number - b.number);
   const ahead = new Map<string, number>();
   ordered.forEach((job, index) => ahead.set(job.id, running.size + index));
-  return { kind: 'read', running, pending: new Set(waiting.map((job) => job.id)), ahead };
+  const read: QueueRead = { kind: 'read', running, pending: new Set(waiting.map((job) => job.id)), ahead };
+  if (dropped) read.dropped = dropped;
+  return read;
 }
 
 /** A queue entry's number (`[number, id, ...]`, or `{number}` / `{priority}`); its order in the list otherwise. */
 function numberOf(element: unknown, index: number): number {
   const value = Array.isArray(element)
     ? element[0]
-    : element && typeof element === 'object'
-      ? ((element as Record<string, unknown>).number ?? (element as Record<string, unknown>).priority)
+    : isRecord(element)
+      ? (ownValue(element, 'number') ?? ownValue(element, 'priority'))
       : undefined;
   return typeof value === 'number' && Number.isFinite(value) ? value : index;
 }
@@ -115,7 +128,10 @@ export interface JobLookupOptions {
 
 /** The list of waiting and running jobs, as self-hosted servers serve it since ComfyUI 0.8. */
 const ACTIVE_JOBS_PATH = '/api/jobs?status=pending,in_progress';
-const ACTIVE_STATUSES: Record<string, 'pending' | 'running'> = { pending: 'pending', in_progress: 'running' };
+const ACTIVE_STATUSES = new Map<string, 'pending' | 'running'>([
+  ['pending', 'pending'],
+  ['in_progress', 'running'],
+]);
 /** The latest ended jobs, whose run times estimate a waiting job's wait. */
 const RECENT_JOBS_PATH = '/api/jobs?status=completed&limit=20';
 
@@ -123,41 +139,55 @@ const RECENT_JOBS_PATH = '/api/jobs?status=completed&limit=20';
  * The ids in a `/api/jobs` list answer (`{jobs: [{id, status, ...}], pagination: {has_more, ...}}`) when it is
  * the whole list of waiting and running jobs; undefined for anything else. A page of a longer list, or a list
  * holding other statuses (a server that ignored the filter), would make the jobs it leaves out look forgotten.
+ * An entry whose id is no job id is left out (`dropped`): it names no job anyone could await.
  */
 function activeIdsOf(body: unknown): QueueRead | undefined {
   if (!isRecord(body) || !Array.isArray(body.jobs) || !isRecord(body.pagination)) return undefined;
   if (body.pagination.has_more !== false) return undefined;
   const running = new Set<string>();
   const waiting: Waiting[] = [];
+  let dropped: Dropped | undefined;
   for (const [index, job] of body.jobs.entries()) {
-    if (!isRecord(job) || typeof job.id !== 'string' || job.id === '' || typeof job.status !== 'string')
-      return undefined;
-    const list = Object.hasOwn(ACTIVE_STATUSES, job.status) ? ACTIVE_STATUSES[job.status] : undefined;
+    if (!isRecord(job) || typeof job.status !== 'string') return undefined;
+    const list = ACTIVE_STATUSES.get(job.status);
     if (!list) return undefined;
-    if (list === 'running') running.add(job.id);
-    else waiting.push({ id: job.id, number: numberOf(job, -index) });
+    const id = readJobId(job.id);
+    if (!id.ok) dropped = dropOne(dropped, id.reason);
+    else if (list === 'running') running.add(id.value);
+    else waiting.push({ id: id.value, number: numberOf(job, -index) });
   }
-  return readOf(running, waiting);
+  return readOf(running, waiting, dropped);
 }
 
-/** The error fields of an `execution_error` event (or of a body that carries one). */
+/** Lines of a traceback kept (a real one has tens); the rest are cut. */
+const MAX_TRACEBACK_LINES = 200;
+/** Characters of an exception's type kept. */
+const MAX_EXCEPTION_TYPE = 200;
+
+/**
+ * The error fields of an `execution_error` event (or of a body that carries one). Only text is kept, bounded:
+ * a traceback line that is not text (`{"toString": 1}`) is left out, never turned into text by its own means.
+ */
 export function executionError(data: unknown): ExecutionError {
-  const record = (data && typeof data === 'object' ? data : {}) as Record<string, unknown>;
-  const traceback = record.traceback;
+  const record = isRecord(data) ? data : {};
+  const traceback = ownValue(record, 'traceback');
+  const lines: string[] = [];
+  if (Array.isArray(traceback)) {
+    for (const line of traceback.slice(0, MAX_TRACEBACK_LINES)) {
+      const text = textOf(line);
+      if (text !== undefined) lines.push(text);
+    }
+  } else {
+    const text = typeof traceback === 'string' ? textOf(traceback) : undefined;
+    if (text !== undefined) lines.push(text);
+  }
+  const type = ownValue(record, 'exception_type');
+  const message = ownValue(record, 'exception_message');
   return {
-    exception_type: typeof record.exception_type === 'string' ? record.exception_type : 'unknown',
-    exception_message: typeof record.exception_message === 'string' ? record.exception_message : '',
-    traceback: Array.isArray(traceback)
-      ? traceback.map(String)
-      : typeof traceback === 'string'
-        ? [traceback]
-        : [],
+    exception_type: (typeof type === 'string' && textOf(type, MAX_EXCEPTION_TYPE)) || 'unknown',
+    exception_message: (typeof message === 'string' && textOf(message)) || '',
+    traceback: lines,
   };
-}
-
-/** An own property only: a prompt id of `__proto__` must not read Object.prototype. */
-function own(record: Record<string, unknown>, key: string): unknown {
-  return Object.hasOwn(record, key) ? record[key] : undefined;
 }
 
 /**
@@ -179,10 +209,10 @@ function readMessages(messages: unknown, phase: JobPhase): { phase: JobPhase; er
 }
 
 function errorFromBody(body: Record<string, unknown>): ExecutionError | undefined {
-  const candidate = body.execution_error ?? body.error;
+  const candidate = ownValue(body, 'execution_error') ?? ownValue(body, 'error');
   if (isRecord(candidate)) return executionError(candidate);
   if (typeof candidate === 'string')
-    return { exception_type: 'unknown', exception_message: candidate, traceback: [] };
+    return { exception_type: 'unknown', exception_message: textOf(candidate) ?? '', traceback: [] };
   return undefined;
 }
 
@@ -198,6 +228,18 @@ function asOutputs(value: unknown): JobOutputs | undefined {
 
 type PhaseAnswer = Extract<LookupAnswer, { kind: 'phase' }>;
 
+/** Characters of a status word kept for messages. */
+const MAX_WORD = 100;
+
+/** A status that is not text: nothing can be said from it (an unknown word is a phase; this is no word). */
+function statusNotAWord(route: string): Unreadable {
+  return {
+    kind: 'unreadable',
+    reason: 'failed',
+    message: `the service answered ${route} with a status that is not a word`,
+  };
+}
+
 /** The `client_id` of a submit's `extra_data`, when it is a plausible one (ids are compared, never shown). */
 export function clientIdOf(extraData: unknown): string | undefined {
   const id = isRecord(extraData) ? extraData.client_id : undefined;
@@ -205,13 +247,14 @@ export function clientIdOf(extraData: unknown): string | undefined {
 }
 
 /** A `/api/jobs/{id}` body: `{id, status, execution_error?, execution_status?, outputs?}`. */
-function fromJobsBody(body: Record<string, unknown>): PhaseAnswer {
-  const word = String(body.status);
+function fromJobsBody(body: Record<string, unknown>): PhaseAnswer | Unreadable {
+  const word = typeof body.status === 'string' ? textOf(body.status, MAX_WORD) : undefined;
+  if (word === undefined) return statusNotAWord('/api/jobs/{id}');
   const status = isRecord(body.execution_status) ? body.execution_status : undefined;
   const read = readMessages(status?.messages, phaseOfStatus(word));
   const answer: PhaseAnswer = { kind: 'phase', phase: read.phase, word };
   if (answer.phase === 'failed') answer.error = errorFromBody(body) ?? read.error;
-  if (isTerminal(answer.phase) && 'outputs' in body) answer.outputs = asOutputs(body.outputs);
+  if (isTerminal(answer.phase) && Object.hasOwn(body, 'outputs')) answer.outputs = asOutputs(body.outputs);
   const clientId = clientIdOf(isRecord(body.workflow) ? body.workflow.extra_data : undefined);
   if (clientId) answer.clientId = clientId;
   return answer;
@@ -220,9 +263,9 @@ function fromJobsBody(body: Record<string, unknown>): PhaseAnswer {
 /** The entry of a history-style body: `{<id>: entry}`, the entry itself, or `{history: [...]}`. */
 function historyEntry(body: unknown, promptId: string): Record<string, unknown> | undefined {
   if (!isRecord(body)) return undefined;
-  const keyed = own(body, promptId);
+  const keyed = ownValue(body, promptId);
   if (isRecord(keyed)) return keyed;
-  if ('outputs' in body && 'status' in body) return body;
+  if (Object.hasOwn(body, 'outputs') && Object.hasOwn(body, 'status')) return body;
   if (Array.isArray(body.history)) {
     return (body.history as unknown[]).find(
       (item): item is Record<string, unknown> =>
@@ -232,13 +275,21 @@ function historyEntry(body: unknown, promptId: string): Record<string, unknown> 
   return undefined;
 }
 
-/** A history entry `{status: {status_str, completed, messages}, outputs}`. */
-function fromHistoryEntry(entry: Record<string, unknown>): PhaseAnswer {
-  const status = isRecord(entry.status) ? entry.status : {};
-  const word = typeof status.status_str === 'string' ? status.status_str : 'completed';
+/**
+ * A history entry `{status: {status_str, completed, messages}, outputs}`. An entry whose status is missing or
+ * null is a completed job (ComfyUI records none when a run gave none); a status that is not a record with a
+ * `status_str` word is no word at all: "could not read", never "completed".
+ */
+function fromHistoryEntry(entry: Record<string, unknown>): PhaseAnswer | Unreadable {
+  const given = ownValue(entry, 'status') ?? null;
+  if (given !== null && !isRecord(given)) return statusNotAWord('/api/history/{id}');
+  const status = given ?? {};
+  const statusStr = given === null ? 'completed' : ownValue(given, 'status_str');
+  const word = typeof statusStr === 'string' ? textOf(statusStr, MAX_WORD) : undefined;
+  if (word === undefined) return statusNotAWord('/api/history/{id}');
   const read = readMessages(status.messages, phaseOfStatus(word));
   const answer: PhaseAnswer = { kind: 'phase', phase: read.phase, word, error: read.error };
-  if (isTerminal(answer.phase) && 'outputs' in entry) answer.outputs = asOutputs(entry.outputs);
+  if (isTerminal(answer.phase) && Object.hasOwn(entry, 'outputs')) answer.outputs = asOutputs(entry.outputs);
   const clientId = clientIdOf(Array.isArray(entry.prompt) ? (entry.prompt as unknown[])[3] : undefined);
   if (clientId) answer.clientId = clientId;
   return answer;
@@ -261,7 +312,7 @@ export function lacksRoute(answer: { status: number; json: boolean }): boolean {
 
 /** A failed request as an answer: refused, rate limited, or failed. */
 export function unreadableOf(error: unknown): Unreadable {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorText(error);
   if (error instanceof ServiceError) {
     const status = error.cause.status;
     if (error.code === 'unauthorized') return { kind: 'unreadable', reason: 'refused', message, status };
@@ -272,6 +323,11 @@ export function unreadableOf(error: unknown): Unreadable {
     return { kind: 'unreadable', reason: 'failed', message, status };
   }
   return { kind: 'unreadable', reason: 'failed', message };
+}
+
+/** The time from a start to an end when both are numbers (never a value's own conversion); NaN otherwise. */
+function millisecondsBetween(start: unknown, end: unknown): number {
+  return typeof start === 'number' && typeof end === 'number' ? end - start : NaN;
 }
 
 const NO_STATUS_ROUTE: Unreadable = {
@@ -318,9 +374,12 @@ export class JobLookup {
       return answer;
     };
     const spec = await this.get('status', `/api/job/${id}/status`, signal);
-    if (spec.kind === 'body' && isRecord(spec.body) && 'status' in spec.body) {
-      const word = String(spec.body.status);
-      return { kind: 'phase', phase: phaseOfStatus(word), word };
+    if (spec.kind === 'body' && isRecord(spec.body) && Object.hasOwn(spec.body, 'status')) {
+      const given = spec.body.status;
+      const word = typeof given === 'string' ? textOf(given, MAX_WORD) : undefined;
+      if (word !== undefined) return { kind: 'phase', phase: phaseOfStatus(word), word };
+      // No word: another route may know the job; if none does, this could not be read.
+      trouble = statusNotAWord('/api/job/{id}/status');
     }
     if (spec.kind === 'unreadable') {
       // Every route takes the same key: a refused one speaks for all.
@@ -330,8 +389,11 @@ export class JobLookup {
     if (spec.kind === 'missing') missing.push('status');
 
     const jobs = await this.get('jobs', `/api/jobs/${id}`, signal);
-    if (jobs.kind === 'body' && isRecord(jobs.body) && 'status' in jobs.body)
-      return knew(fromJobsBody(jobs.body));
+    if (jobs.kind === 'body' && isRecord(jobs.body) && Object.hasOwn(jobs.body, 'status')) {
+      const answer = fromJobsBody(jobs.body);
+      if (answer.kind === 'phase') return knew(answer);
+      trouble ??= answer;
+    }
     if (jobs.kind === 'unreadable') {
       if (jobs.reason === 'refused') return jobs;
       trouble ??= jobs;
@@ -340,7 +402,9 @@ export class JobLookup {
 
     const history = await this.get('history', `/api/history/${id}`, signal);
     const entry = history.kind === 'body' ? historyEntry(history.body, promptId) : undefined;
-    if (entry) return knew(fromHistoryEntry(entry));
+    const fromHistory = entry ? fromHistoryEntry(entry) : undefined;
+    if (fromHistory?.kind === 'phase') return knew(fromHistory);
+    trouble ??= fromHistory;
     if (history.kind === 'unreadable') return history.reason === 'refused' ? history : (trouble ?? history);
     // A route that could not be read might have known the job: nothing can be concluded from the others.
     if (trouble) return trouble;
@@ -374,13 +438,22 @@ export class JobLookup {
     const { queue_running: running, queue_pending: pending } = queue.body;
     if (!Array.isArray(running) && !Array.isArray(pending))
       return { kind: 'unreadable', reason: 'failed', message: 'the queue answer has no queue in it' };
-    const waiting: Waiting[] = Array.isArray(pending)
-      ? pending.flatMap((element, index) => {
-          const id = promptIdOfQueueElement(element);
-          return id === undefined ? [] : [{ id, number: numberOf(element, index) }];
-        })
-      : [];
-    return readOf(new Set(promptIdsOf(running)), waiting);
+    let dropped: Dropped | undefined;
+    const waiting: Waiting[] = [];
+    const runningIds = new Set<string>();
+    for (const [list, into] of [
+      [pending, 'pending'],
+      [running, 'running'],
+    ] as const) {
+      if (!Array.isArray(list)) continue;
+      for (const [index, element] of list.entries()) {
+        const id = readQueueEntryId(element);
+        if (!id.ok) dropped = dropOne(dropped, id.reason);
+        else if (into === 'running') runningIds.add(id.value);
+        else waiting.push({ id: id.value, number: numberOf(element, index) });
+      }
+    }
+    return readOf(runningIds, waiting, dropped);
   }
 
   /**
@@ -404,7 +477,9 @@ export class JobLookup {
     const jobs = answer.status < 300 && isRecord(answer.body) ? answer.body.jobs : undefined;
     if (!Array.isArray(jobs)) return undefined;
     const times = jobs
-      .map((job) => (isRecord(job) ? Number(job.execution_end_time) - Number(job.execution_start_time) : NaN))
+      .map((job) =>
+        isRecord(job) ? millisecondsBetween(job.execution_start_time, job.execution_end_time) : NaN,
+      )
       .filter((ms) => Number.isFinite(ms) && ms >= 0)
       .sort((a, b) => a - b);
     return times.length > 0 ? times[Math.floor(times.length / 2)] : undefined;
@@ -460,12 +535,16 @@ export class JobLookup {
         continue;
       }
       if (answer.kind !== 'body') continue;
-      let found: PhaseAnswer | undefined;
+      let found: PhaseAnswer | Unreadable | undefined;
       if (route === 'jobs') {
-        if (isRecord(answer.body) && 'status' in answer.body) found = fromJobsBody(answer.body);
+        if (isRecord(answer.body) && Object.hasOwn(answer.body, 'status')) found = fromJobsBody(answer.body);
       } else {
         const entry = historyEntry(answer.body, promptId);
         if (entry) found = fromHistoryEntry(entry);
+      }
+      if (found?.kind === 'unreadable') {
+        trouble ??= found;
+        continue;
       }
       if (found && (found.outputs || found.error))
         return { kind: 'found', outputs: found.outputs, error: found.error };

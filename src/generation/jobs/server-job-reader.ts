@@ -4,7 +4,9 @@
  * the list of every job newest first down to the mark (job-list.ts; the mark is the newest `create_time` of the
  * last look, job-event-memory.ts), and for each job that ended since, `/api/jobs/{id}` (its outputs, error and
  * client_id; JobLookup.status). Each job further on than it was is told through the teller. A look that cannot
- * read the jobs fails whole: nothing is concluded from it, least of all that jobs are gone. No Node-RED inside.
+ * read the jobs fails whole: nothing is concluded from it, least of all that jobs are gone. One job's answer
+ * never stops the others: a read of one job that fails is that job's failed read. An entry whose id is no job
+ * id (job-ids.ts) is left out, with a warning (once). No Node-RED inside.
  */
 import type { GenerationConnection } from '../connection';
 import { jobLostError, type JobResult } from './job-life';
@@ -13,6 +15,8 @@ import { readJobsPage, readQueueOwners, type ListedJob, type QueueOwners } from 
 import { JobEventTeller, resultOf, type SeenJob, type SeenPhase } from './job-event-teller';
 import { Limiter } from './limiter';
 import { isTerminal, type JobPhase, type TerminalPhase } from './status-words';
+import { unreadableOf } from './job-lookup';
+import type { Dropped } from './job-ids';
 
 /** What a look made of it: whether it read the jobs, found changes, and left some for the next look. */
 export type LookOutcome =
@@ -83,6 +87,7 @@ export class ServerJobReader {
   private listAbsent = false;
   private readonly failedEndReads = new Map<string, number>();
   private readonly limiter = new Limiter(SIMULTANEOUS_READS);
+  private warnedDropped = false;
 
   constructor(
     private readonly connection: GenerationConnection,
@@ -95,6 +100,7 @@ export class ServerJobReader {
     const memory = this.teller.memory;
     const active = await this.connection.lookup.queue(signal);
     if (active.kind !== 'read') return { kind: 'failed', trouble: active };
+    this.noteDropped(active.dropped, 'the queue');
     let listed: ListedJob[] = [];
     if (!this.listAbsent) {
       const list = await this.readList(signal);
@@ -124,14 +130,13 @@ export class ServerJobReader {
 
     let incomplete = !(await this.tellSteps(steps, signal));
     const now = ends.slice(0, this.limits.endsPerRead);
-    const answers = await Promise.all(
-      now.map(([id]) =>
-        this.limiter.run(() => this.connection.lookup.status(id, signal, () => Promise.resolve(active))),
-      ),
-    );
+    const answers = await Promise.all(now.map(([id]) => this.readEnd(id, active, signal)));
     for (const [index, [id, job]] of now.entries()) {
       if (!this.tellEnd(id, job, answers[index])) incomplete = true;
     }
+    // Failed reads are counted for jobs still to be told only: one that left every list is not kept.
+    const pending = new Set(ends.map(([id]) => id));
+    for (const id of this.failedEndReads.keys()) if (!pending.has(id)) this.failedEndReads.delete(id);
     // The mark stays at the oldest job this look met as new but did not tell (more ends than a look reads, a
     // read that failed, a submitter not known yet): the next look must meet it again.
     let mark = newest;
@@ -149,6 +154,36 @@ export class ServerJobReader {
     };
   }
 
+  /**
+   * How one job ended. JobLookup.status rejects only on an abort; should it fail otherwise, that is this job's
+   * failed read, and the other jobs of the look are told all the same.
+   */
+  private async readEnd(
+    id: string,
+    active: Extract<QueueRead, { kind: 'read' }>,
+    signal: AbortSignal,
+  ): Promise<LookupAnswer> {
+    try {
+      return await this.limiter.run(() =>
+        this.connection.lookup.status(id, signal, () => Promise.resolve(active)),
+      );
+    } catch (error) {
+      if (signal.aborted) throw error;
+      return unreadableOf(error);
+    }
+  }
+
+  /** Entries whose id is no job id, left out of a read: a warning the first time, then a debug line. */
+  private noteDropped(dropped: Dropped | undefined, where: string): void {
+    if (!dropped) return;
+    const level = this.warnedDropped ? 'debug' : 'warn';
+    this.warnedDropped = true;
+    this.log(
+      level,
+      `graph-gen job events: ${where} of the server holds ${dropped.count} entr${dropped.count === 1 ? 'y' : 'ies'} that name no job (${dropped.reason}): left out`,
+    );
+  }
+
   /** Every job newest first, down to the mark (at most `maxPages` pages); at the very start, the first page. */
   private async readList(
     signal: AbortSignal,
@@ -159,6 +194,7 @@ export class ServerJobReader {
     for (let page = 0; page < maxPages; page++) {
       const answer = await readJobsPage(this.connection.http, page * pageSize, pageSize, signal);
       if (answer.kind !== 'page') return answer;
+      this.noteDropped(answer.dropped, 'the list of jobs');
       jobs.push(...answer.jobs);
       const last = answer.jobs.at(-1);
       const pastMark = !last || last.createdAt === undefined || last.createdAt < memory.mark;
