@@ -193,6 +193,16 @@ describe('graph-gen-await-job', () => {
     assert.match(error.message, /msg\.prompt_id/);
   });
 
+  it('refuses a prompt id longer than a job id may be, in words, and asks the server nothing', async () => {
+    const { node, caught } = await load();
+    const asked = sandbox.counters.requests.length;
+    node.receive({ prompt_id: 'x'.repeat(201) });
+    const error = (await caught.next()).error;
+    assert.equal(error.code, 'invalid_input');
+    assert.match(error.message, /201 characters long, more than a job id's 200: set msg\.prompt_id/);
+    assert.equal(sandbox.counters.requests.length, asked);
+  });
+
   it('sends progress, previews (type 4 and type 1) and text frames on output 3 when enabled, previews rate-limited', async () => {
     const { node, connection, done, progress } = await load({ progress: true, previewRate: 2 });
     await connection.sockets().ready(5000);

@@ -7,6 +7,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { JobTracker, type JobProgress, type JobResult } from '../generation/jobs/job-tracker';
+import { MAX_JOB_ID_LENGTH, readJobId } from '../generation/jobs/job-ids';
 import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
 import { fitsTimer } from '../timers';
 import { KeptAwaits } from './await-resume';
@@ -184,6 +185,11 @@ export = function (RED: NodeAPI): void {
         (payload && typeof payload === 'object' ? payload.prompt_id : undefined);
       if (typeof promptId !== 'string' || promptId.trim() === '')
         throw invalidInput(text('errors.no-prompt-id'));
+      if (!readJobId(promptId.trim()).ok) {
+        throw invalidInput(
+          text('errors.long-prompt-id', { length: promptId.trim().length, most: MAX_JOB_ID_LENGTH }),
+        );
+      }
       const fromMsg = (msg as { timeout?: unknown }).timeout;
       const timeoutValue =
         fromMsg !== undefined

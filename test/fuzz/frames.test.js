@@ -4,13 +4,9 @@
 // They never throw, hand on only job ids that are text of bounded length, give every dropped frame a reason,
 // and keep a bounded set of the jobs they see executing.
 const assert = require('node:assert/strict');
+const { MAX_JOB_ID_LENGTH } = require('../../dist/generation/jobs/job-ids');
 const { fc, fuzzOptions, hostileJson, deepJson, PROTOTYPE_WORDS } = require('../support/fuzz');
-const {
-  FrameReader,
-  MAX_JOB_ID,
-  MAX_EXECUTING,
-  UNREADABLE_EVENT,
-} = require('../../dist/generation/jobs/frame-reader');
+const { FrameReader, MAX_EXECUTING, UNREADABLE_EVENT } = require('../../dist/generation/jobs/frame-reader');
 const {
   parseBinaryFrame,
   encodePreviewWithMetadata,
@@ -48,7 +44,7 @@ function reader(progressWanted) {
 function assertPromises({ frames, seen, stats }) {
   for (const { promptId, event } of seen.jobs) {
     assert.equal(typeof promptId, 'string');
-    assert.ok(promptId.length > 0 && promptId.length <= MAX_JOB_ID, `a job id of ${promptId.length}`);
+    assert.ok(promptId.length > 0 && promptId.length <= MAX_JOB_ID_LENGTH, `a job id of ${promptId.length}`);
     assert.equal(typeof event.type, 'string');
     assert.equal(typeof event.data, 'object');
     assert.ok(!Array.isArray(event.data) && event.data !== null);
@@ -82,8 +78,8 @@ const promptId = fc.oneof(
   fc.constantFrom(
     ...PROTOTYPE_WORDS,
     '',
-    'x'.repeat(MAX_JOB_ID),
-    'x'.repeat(MAX_JOB_ID + 1),
+    'x'.repeat(MAX_JOB_ID_LENGTH),
+    'x'.repeat(MAX_JOB_ID_LENGTH + 1),
     `key ${SECRET}`,
   ),
   fc.uuid(),

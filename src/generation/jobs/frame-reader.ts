@@ -7,7 +7,7 @@
  * The boundary of the socket: what a frame holds is read here (src/boundary/outside.ts), and only typed values
  * go on. Never throws: a frame that cannot be read is dropped with a reason; when it names a job (an `executed`
  * nested too deep), the job is told it lost an event (UNREADABLE_EVENT), so what it made is asked of the server
- * rather than reported whole. A job id is text of at most MAX_JOB_ID characters; the jobs seen executing are
+ * rather than reported whole. A job id is what job-ids.ts says one is; the jobs seen executing are
  * at most MAX_EXECUTING. No Node-RED inside.
  */
 import type WebSocket from 'ws';
@@ -15,12 +15,11 @@ import { SecretSearch, removeSecrets } from '../../http/errors';
 import { ownValue, readJsonText } from '../../boundary/outside';
 import { isRecord } from '../../boundary/json-values';
 import { parseBinaryFrame } from './frames';
+import { jobIdOf } from './job-ids';
 import type { SocketEvent, SocketStats } from './socket-manager';
 
 /** The event a job is given for a frame of it that could not be read: it lost an event. */
 export const UNREADABLE_EVENT = 'unreadable_frame';
-/** A job id (prompt_id) is text of at most this many characters; anything else names no job. */
-export const MAX_JOB_ID = 200;
 /**
  * Jobs seen executing at most. A server never runs more at once than a cloud key's few; past this, which one a
  * prompt-less frame belongs to is not known until the queue is empty again.
@@ -28,11 +27,6 @@ export const MAX_JOB_ID = 200;
 export const MAX_EXECUTING = 64;
 /** An event type longer than this is no type word. */
 const MAX_TYPE = 100;
-
-/** A job id from an outside value: text of 1 to MAX_JOB_ID characters, or undefined. */
-export function jobIdOf(value: unknown): string | undefined {
-  return typeof value === 'string' && value.length > 0 && value.length <= MAX_JOB_ID ? value : undefined;
-}
 
 /** Where read frames go (the socket manager). */
 export interface FrameSink {

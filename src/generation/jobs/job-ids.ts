@@ -20,6 +20,12 @@ export function readJobId(value: unknown): Read<string> {
   return readOk(value);
 }
 
+/** A job id, or undefined for a value that is none (where the reason is not told). */
+export function jobIdOf(value: unknown): string | undefined {
+  const read = readJobId(value);
+  return read.ok ? read.value : undefined;
+}
+
 /** The job id of a queue entry (`[number, id, prompt, extra_data, ...]`, or `{prompt_id}` / `{id}`). */
 export function readQueueEntryId(entry: unknown): Read<string> {
   if (Array.isArray(entry)) return readJobId(entry[1]);

@@ -10,6 +10,7 @@ import type { HttpClient, RawResponse } from '../../http/client';
 import { ServiceError, invalidInput, messageFromBody } from '../../http/errors';
 import type { NodeTypeDefinition, Workflow } from '../workflows/workflow';
 import { describeSubmitProblems } from '../workflows/workflow';
+import { readQueueEntryId } from '../jobs/job-ids';
 import { multipartBody, type FormPart } from './multipart-body';
 
 export interface FileReference {
@@ -92,13 +93,8 @@ function imageType(filename: string): string {
 
 /** The prompt id of a queue element, whatever its shape: `[number, id, ...]` or `{prompt_id}` / `{id}`. */
 export function promptIdOfQueueElement(element: unknown): string | undefined {
-  if (Array.isArray(element)) return typeof element[1] === 'string' ? element[1] : undefined;
-  if (element && typeof element === 'object') {
-    const record = element as Record<string, unknown>;
-    const id = record.prompt_id ?? record.id;
-    return typeof id === 'string' ? id : undefined;
-  }
-  return undefined;
+  const read = readQueueEntryId(element);
+  return read.ok ? read.value : undefined;
 }
 
 /** The prompt ids of a queue list (`queue_running` or `queue_pending`), in order; [] for anything else. */
