@@ -407,7 +407,9 @@ function startSandboxProcess({
         output = '';
         child.stdout.resume();
         child.stderr.pipe(errorOutput, { end: false });
-        resolve({ child, url: match[1] });
+        // A sandbox with a generation key names its storage host before: Node-RED must trust it.
+        const storage = /storage host: (http:\/\/\S+)/.exec(output);
+        resolve({ child, url: match[1], storageUrl: storage?.[1] });
       }
     };
     child.stdout.on('data', onData);
@@ -568,7 +570,10 @@ async function startEverything({ services, children, port, userDir, reset, isSto
         stop(1);
       }
     });
-    if (services.generation.sandbox) services.generation.url = sandbox.url;
+    if (services.generation.sandbox) {
+      services.generation.url = sandbox.url;
+      services.generation.storageUrl = sandbox.storageUrl;
+    }
     if (services.automation.sandbox) services.automation.url = sandbox.url;
   }
 
@@ -579,6 +584,8 @@ async function startEverything({ services, children, port, userDir, reset, isSto
     GRAPH_GEN_PARTNER_KEY: services.generation.partnerKey || '',
     AUTOMATION_URL: services.automation.url,
     AUTOMATION_API_KEY: services.automation.apiKey || '',
+    // The sandbox's storage host is on this machine: its downloads' redirects are followed only when trusted.
+    ...(services.generation.storageUrl ? { GRAPH_GEN_TRUSTED_ORIGINS: services.generation.storageUrl } : {}),
   };
   const nodeRed = await startNodeRed({ userDir, port, env });
   children.push(nodeRed.child);

@@ -64,7 +64,14 @@ describe('editor picture with adminAuth: only signed-in editor sessions get it',
       path.join(userDir, 'settings.js'),
       `module.exports = { ...require('./base-settings.js'), adminAuth: { type: 'credentials', users: [{ username: 'admin', password: ${JSON.stringify(hash)}, permissions: '*' }] } };\n`,
     );
-    nodeRed = await start.startNodeRed({ userDir, port, stdio: ['ignore', 'ignore', 'ignore'] });
+    nodeRed = await start.startNodeRed({
+      userDir,
+      port,
+      // The sandbox's storage host is on 127.0.0.1: Node-RED, in its own process, follows a redirect there
+      // only when trusted.
+      env: { GRAPH_GEN_TRUSTED_ORIGINS: sandbox.generation.storageUrl },
+      stdio: ['ignore', 'ignore', 'ignore'],
+    });
     const answer = await fetch(`${nodeRed.url}auth/token`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -129,7 +129,7 @@ describe("a job's life", () => {
       assert.equal(result.error.exception_type, 'unauthorized');
       assert.match(
         result.error.exception_message,
-        /refused the API key \(HTTP 401\).*check the key in the config node/,
+        /every status check of job .* was refused.*the API key was refused by the generation service \(HTTP 401\).*check the key in the config node/,
       );
       assert.equal(JSON.stringify(result).includes(KEY), false);
       assert.equal(job.state, 'in_progress', 'the job itself runs on');

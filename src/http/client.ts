@@ -19,7 +19,9 @@ import {
   removeSecrets,
   type ErrorCode,
 } from './errors';
+import { RequestClock } from './request-clock';
 import { DEFAULT_RETRY_POLICY, parseRetryAfter, withRetry, type RetryPolicy } from './retry';
+import { errorText, readJsonText, textOf } from '../boundary/outside';
 import { Transport, transportFailure, transportSecrets, type TransportSettings } from './transport';
 
 export interface HttpClientOptions {
@@ -43,9 +45,9 @@ export interface HttpClientOptions {
   /** Per-request time limit for headers and between body chunks. */
   timeoutMs?: number;
   /**
-   * Total time limit of a JSON request's answer, its body included (a body that trickles a byte at a time
-   * must end). It starts once the request's own body has been sent: sending an upload takes as long as the
-   * file and the line make it, limited by idle time only (`timeoutMs`), as downloads are.
+   * The time limit of a JSON request (request-clock.ts): while its body is sent, the longest time nothing of it
+   * is taken (an upload that keeps moving is never cut); then the answer must come, and its body end (one that
+   * trickles a byte at a time is cut), each within it.
    */
   totalTimeoutMs?: number;
   /** The largest JSON answer read, unless a request says otherwise (a larger one is a server_error). */
@@ -207,13 +209,10 @@ export class HttpClient {
    */
   async errorBody(body: RawResponse['body'], also: ReadonlyArray<string> = []): Promise<unknown> {
     const text = await readText(body, this.options.maxJsonBytes ?? DEFAULT_MAX_JSON_BYTES).catch(() => '');
-    let parsed: unknown = text;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      // a plain-text error body is kept as text
-    }
-    return this.cleanForReport(parsed, also);
+    if (!text) return undefined;
+    // A plain-text error body (or JSON nested past the bound) is kept as text.
+    const parsed = readJsonText(text);
+    return this.cleanForReport(parsed.ok ? parsed.value : text, also);
   }
 
   /**
@@ -228,12 +227,7 @@ export class HttpClient {
     const total = this.options.totalTimeoutMs ?? DEFAULT_TOTAL_TIMEOUT_MS;
     // One controller per request, freed when it ends: the caller's signal may live as long as its node.
     const controller = new AbortController();
-    let deadline: NodeJS.Timeout | undefined;
-    let ended = false;
-    // A stream's end may come after a refusal that ended the request: no timer is started then.
-    const startDeadline = () => {
-      if (!ended) deadline ??= setTimeout(() => controller.abort(new Error('time limit')), total);
-    };
+    const clock = new RequestClock(total, () => controller.abort(new Error('time limit')));
     const stop = () => controller.abort(options.signal?.reason);
     options.signal?.addEventListener('abort', stop, { once: true });
     if (options.signal?.aborted) stop();
@@ -243,7 +237,7 @@ export class HttpClient {
         path,
         { ...options, signal: controller.signal },
         async (raw) => ({ ...raw, text: await readText(raw.body, limit) }),
-        startDeadline,
+        clock,
       );
     } catch (error) {
       if (error instanceof TooLarge) {
@@ -252,38 +246,47 @@ export class HttpClient {
           `${this.options.serviceName} answered ${this.what(options)} with more than ${formatBytes(error.limit)}: check the base address in the config node (the limit is a setting)`,
         );
       }
-      if (controller.signal.aborted && !options.signal?.aborted) {
-        throw new ServiceError(
-          'network',
-          `${this.options.serviceName} did not finish answering ${this.what(options)} within ${Math.round(total / 1000)} s: check that the service is healthy`,
-        );
-      }
+      if (controller.signal.aborted && !options.signal?.aborted)
+        throw new ServiceError('network', this.outOfTime(clock, options));
       throw error;
     } finally {
-      ended = true;
-      clearTimeout(deadline);
+      clock.stop();
       options.signal?.removeEventListener('abort', stop);
     }
     const text = response.text;
     if (text.trim() === '') return { status: response.status, body: undefined as T, json: false };
-    let body: T;
-    try {
-      body = JSON.parse(text) as T;
-    } catch {
+    const parsed = readJsonText(text);
+    if (!parsed.ok) {
       if (response.status >= 400) return { status: response.status, body: undefined as T, json: false };
       // Cleaned whole, then cut: a key that straddles the cut is still found.
       throw new ServiceError(
         'server_error',
-        `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON: check the base address in the config node`,
+        `${this.options.serviceName} answered ${this.what(options)} with something that is not JSON (${parsed.reason}): check the base address in the config node`,
         { status: response.status, body: cutText(this.cleanForReport(text), 300) },
       );
     }
+    // The caller's type is a promise of shape, checked by the caller's own reader.
+    const body = parsed.value as T;
     // What the service sends is passed on to msgs: a key it echoes is removed. Looked for in the parsed
     // value, where a key the service wrote JSON-escaped (`\u002B`, `\/`) is plain again, whenever the text
     // holds one or an escape that could hide one; a text with neither is searched only (a 10 MB queue list is
     // not walked for nothing).
     const holds = this.secretSearch.mayBeInJson(text);
     return { status: response.status, body: holds ? this.removeSecrets(body) : body, json: true };
+  }
+
+  /** The sentence of a JSON request whose time limit ran out, by where it ran out. */
+  private outOfTime(clock: RequestClock, options: RequestOptions): string {
+    const service = this.options.serviceName;
+    const seconds = Math.max(1, Math.round(clock.limitMs / 1000));
+    switch (clock.phase) {
+      case 'sending':
+        return `${service} stopped taking ${this.what(options)}: nothing of it was taken for ${seconds} s (the request time limit, counted while nothing moves): check that the service is healthy`;
+      case 'waiting':
+        return `${service} took ${this.what(options)} but did not answer within ${seconds} s of reading it: check that the service is healthy`;
+      default:
+        return `${service} did not finish answering ${this.what(options)} within ${seconds} s: check that the service is healthy`;
+    }
   }
 
   /** A request whose answer is left for the caller to stream (the caller must consume or dump the body). */
@@ -373,7 +376,7 @@ export class HttpClient {
     path: string,
     options: RequestOptions,
     consume: (response: RawResponse) => Promise<R>,
-    onSent?: () => void,
+    clock?: RequestClock,
   ): Promise<R> {
     const method = options.method ?? 'GET';
     const idempotent = options.idempotent ?? (method === 'GET' || method === 'HEAD');
@@ -391,11 +394,12 @@ export class HttpClient {
     return withRetry(
       async () => {
         let response: Dispatcher.ResponseData;
-        const attemptBody = typeof body === 'function' ? body() : body;
-        // `onSent` learns when the body has been handed over: a stream when it has been read to its end,
-        // anything else at once; an answer that comes before (a refusal) counts as well.
-        if (attemptBody instanceof Readable) attemptBody.once('end', () => onSent?.());
-        else onSent?.();
+        let attemptBody = typeof body === 'function' ? body() : body;
+        clock?.sending();
+        // The clock learns each chunk of a stream as the connection takes it, and its end; anything else is
+        // handed over at once. An answer that comes before (a refusal) is an answer all the same.
+        if (clock && attemptBody instanceof Readable) attemptBody = counted(attemptBody, clock);
+        else clock?.handedOver(bodySize(attemptBody));
         try {
           response = await this.dispatch(address, {
             method,
@@ -404,9 +408,13 @@ export class HttpClient {
             signal: options.signal,
           });
         } catch (error) {
-          throw new NetworkFailure(!isNotSent(error), error);
+          clock?.pause();
+          // A TLS handshake that failed (a certificate not trusted) or a proxy that refused the tunnel: no byte
+          // of the request left, so it is not "maybe sent" (a submit need not ask the server whether it got it).
+          const unsent = isNotSent(error) || this.failedOnTheWay(error)?.permanent === true;
+          throw new NetworkFailure(!unsent, error);
         }
-        onSent?.();
+        clock?.answering();
         if (options.acceptStatus?.includes(response.statusCode) || response.statusCode < 300) {
           try {
             return await consume({
@@ -415,17 +423,22 @@ export class HttpClient {
               body: response.body,
             });
           } catch (error) {
+            clock?.pause();
             if (error instanceof TooLarge || error instanceof ServiceError) throw error;
             throw new NetworkFailure(true, error);
           }
         }
-        if (response.statusCode < 400) throw await this.redirectError(response, options);
-        throw await this.httpError(response, options);
+        // The error's body is read within the limit; the retry's wait is not timed.
+        const failure =
+          response.statusCode < 400
+            ? await this.redirectError(response, options)
+            : await this.httpError(response, options);
+        clock?.pause();
+        throw failure;
       },
       (error) => {
         if (error instanceof NetworkFailure) {
-          if (transportFailure(error.original, this.base.host, this.transport.proxyFor(this.base))?.permanent)
-            return { retry: false };
+          if (this.failedOnTheWay(error.original)?.permanent) return { retry: false };
           return { retry: idempotent || !error.sent };
         }
         if (error instanceof ServiceError && idempotent) {
@@ -445,6 +458,11 @@ export class HttpClient {
       }
       throw error;
     });
+  }
+
+  /** What failed on the way to the service's host (its certificate, a proxy), when it is that. */
+  private failedOnTheWay(error: unknown): ReturnType<typeof transportFailure> {
+    return transportFailure(error, this.base.host, this.transport.proxyFor(this.base));
   }
 
   private what(options: RequestOptions): string {
@@ -478,10 +496,8 @@ export class HttpClient {
       onTheWayFailures.add(failure);
       return failure;
     }
-    const reason =
-      original instanceof Error
-        ? ((original as NodeJS.ErrnoException).code ?? original.message)
-        : String(original);
+    const code = textOf((original as { code?: unknown } | null | undefined)?.code, 100);
+    const reason = code ?? errorText(original, 300);
     return new ServiceError(
       'network',
       this.cleanForReport(
@@ -502,7 +518,7 @@ export class HttpClient {
     const location = response.headers.location;
     let where = '';
     try {
-      const target = new URL(String(Array.isArray(location) ? location[0] : location), this.base);
+      const target = new URL(textOf(Array.isArray(location) ? location[0] : location) ?? '', this.base);
       where = ` to ${target.protocol}//${target.host}`;
     } catch {
       // no address, or one that cannot be read: say so without it
@@ -552,6 +568,37 @@ export class HttpClient {
 
 interface RetryableServiceError extends ServiceError {
   retryAfterMs?: number;
+}
+
+/** The largest piece of a request body handed to the connection at once (see `counted`). */
+const BODY_PIECE = 64 * 1024;
+
+/**
+ * A request body that tells the clock of each piece as the connection takes it, and of its end. A source's
+ * chunk may be the whole file (form-data hands a Buffer part over as one): it is handed on in pieces, each
+ * only when the connection asks for more, so what is counted is what the socket took, not what waits in it.
+ */
+function counted(body: Readable, clock: RequestClock): Readable {
+  async function* pieces(): AsyncGenerator<Buffer> {
+    // Leaving the loop early (the request was cut off) destroys the source, which closes what it reads.
+    for await (const chunk of body as AsyncIterable<Buffer | string>) {
+      const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+      for (let offset = 0; offset < bytes.length; offset += BODY_PIECE) {
+        const piece = bytes.subarray(offset, offset + BODY_PIECE);
+        clock.moved(piece.length);
+        yield piece;
+      }
+    }
+    clock.handedOver();
+  }
+  return Readable.from(pieces(), { objectMode: false, highWaterMark: BODY_PIECE });
+}
+
+/** The bytes of a body handed over whole (a JSON text, a Buffer); 0 for anything else. */
+function bodySize(body: unknown): number {
+  if (typeof body === 'string') return Buffer.byteLength(body);
+  if (body instanceof Uint8Array) return body.length;
+  return 0;
 }
 
 /** Reads a body as text, refusing (and dropping the connection) past `limit` bytes. */

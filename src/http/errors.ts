@@ -2,6 +2,8 @@
  * The one error type every client in this package raises. Node-RED copies `message`, `code` and `cause`
  * into a Catch node's `msg.error`, so all three must be free of keys, tokens and signed addresses.
  */
+import { ownValue, textOf } from '../boundary/outside';
+import { isRecord } from '../boundary/json-values';
 
 /** The codes of the package contract (CONTRACT.md, "Errors"). */
 export type ErrorCode =
@@ -86,16 +88,18 @@ export function messageFromBody(body: unknown): string | undefined {
   let text: string | undefined;
   if (typeof body === 'string') {
     text = body.trim();
-  } else if (body && typeof body === 'object') {
-    const record = body as Record<string, unknown>;
-    const error = record.error;
+  } else if (isRecord(body)) {
+    // Own properties only, and only text: `{"toString": 1}` or `{"message": {...}}` says nothing.
+    const error = ownValue(body, 'error');
     if (typeof error === 'string') text = error;
-    else if (error && typeof error === 'object') {
-      const inner = error as Record<string, unknown>;
-      text = [inner.message, inner.details].filter((part) => typeof part === 'string' && part).join(': ');
+    else if (isRecord(error)) {
+      text = [ownValue(error, 'message'), ownValue(error, 'details')]
+        .map((part) => textOf(part, MAX_MESSAGE_LENGTH + 1))
+        .filter((part) => part)
+        .join(': ');
     }
-    if (!text && typeof record.message === 'string') text = record.message;
-    if (!text && typeof record.detail === 'string') text = record.detail;
+    text ||= textOf(ownValue(body, 'message'), MAX_MESSAGE_LENGTH + 1) || undefined;
+    text ||= textOf(ownValue(body, 'detail'), MAX_MESSAGE_LENGTH + 1) || undefined;
   }
   if (!text) return undefined;
   return text.length > MAX_MESSAGE_LENGTH ? `${text.slice(0, MAX_MESSAGE_LENGTH)}…` : text;

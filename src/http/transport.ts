@@ -12,6 +12,9 @@ import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { Agent, Client, ProxyAgent, errors as undiciErrors, type Dispatcher } from 'undici';
+import { errorText, textOf } from '../boundary/outside';
+import { bareAddress, guardedLookup, isLocalAddress } from './address-policy';
+import { ServiceError } from './errors';
 import { proxyAuthorization, proxyFor, proxyName, type ProxySettings } from './proxy';
 
 /** The TLS options a tls-config node gives that this package passes on (ALPN is left out: both sides speak HTTP/1.1). */
@@ -63,6 +66,21 @@ export function transportSecrets(settings: TransportSettings | undefined): strin
 export class Transport {
   private readonly foreignPools = new Map<string, Dispatcher>();
   private servicePool?: Dispatcher;
+  private serviceHostname?: string;
+  /**
+   * Another host's connections resolve its name through the address rule (address-policy.ts): a name that
+   * resolves to a local address is refused when connecting too (its answer may have changed since it was
+   * checked), unless it is the service's own host.
+   */
+  private readonly foreignLookup = guardedLookup(
+    isLocalAddress,
+    (hostname, address) =>
+      new ServiceError(
+        'server_error',
+        `${hostname} resolves to ${address}, a local address (this machine, a private network or link-local): a redirect there is refused`,
+      ),
+    (hostname) => hostname === this.serviceHostname,
+  );
 
   constructor(
     readonly settings: TransportSettings = {},
@@ -71,6 +89,7 @@ export class Transport {
 
   /** The pool for the service's own host (with its TLS settings), made once. */
   service(base: URL): Dispatcher {
+    this.serviceHostname ??= bareAddress(base.hostname);
     this.servicePool ??= this.pool(base, this.settings.tls);
     return this.servicePool;
   }
@@ -81,7 +100,7 @@ export class Transport {
     const key = proxy?.href ?? 'direct';
     let pool = this.foreignPools.get(key);
     if (!pool) {
-      pool = this.pool(address, undefined);
+      pool = this.pool(address, undefined, this.foreignLookup);
       this.foreignPools.set(key, pool);
     }
     return pool;
@@ -128,9 +147,14 @@ export class Transport {
     return [...(this.servicePool ? [this.servicePool] : []), ...this.foreignPools.values()];
   }
 
-  private pool(address: URL, tlsOptions: TlsSettings | undefined): Dispatcher {
+  private pool(
+    address: URL,
+    tlsOptions: TlsSettings | undefined,
+    lookup?: ReturnType<typeof guardedLookup>,
+  ): Dispatcher {
     const proxy = this.proxyFor(address);
-    if (!proxy) return new Agent({ ...this.agentOptions, connect: { ...tlsOptions } });
+    if (!proxy)
+      return new Agent({ ...this.agentOptions, connect: { ...tlsOptions, ...(lookup ? { lookup } : {}) } });
     return new ProxyAgent({
       ...this.agentOptions,
       uri: proxy.href,
@@ -210,7 +234,7 @@ class TunnelAgent extends http.Agent {
         },
         (error: unknown) => {
           void client.destroy().catch(() => undefined);
-          done(error instanceof Error ? error : new Error(String(error)), undefined as unknown as Duplex);
+          done(error instanceof Error ? error : new Error(errorText(error)), undefined as unknown as Duplex);
         },
       );
     return undefined;
@@ -284,7 +308,7 @@ export function transportFailure(
       .map((link) => (link as { code?: unknown } | null)?.code)
       .find((value) => typeof value === 'string');
     return {
-      sentence: `${host} could not be reached through ${proxyName(proxy)}${code ? ` (${String(code)})` : ''}: check the proxy (the config node's http proxy, or http_proxy and no_proxy) and that it reaches the service`,
+      sentence: `${host} could not be reached through ${proxyName(proxy)}${code ? ` (${textOf(code, 100)})` : ''}: check the proxy (the config node's http proxy, or http_proxy and no_proxy) and that it reaches the service`,
       permanent: false,
     };
   }

@@ -111,6 +111,13 @@ async function main(): Promise<void> {
     generationApiKey: options.generationKey,
     automation: { apiKey: options.automationKey, workflows: options.workflows },
   });
+  if (options.generationKey) {
+    // Its downloads redirect to a storage host on this machine, which Node-RED follows only when trusted.
+    // Written before the line start.js waits for, which then finds it.
+    process.stdout.write(
+      `  storage host: ${sandbox.generation.storageUrl} (start Node-RED with GRAPH_GEN_TRUSTED_ORIGINS=${sandbox.generation.storageUrl} to download from it)\n`,
+    );
+  }
   process.stdout.write(`graph-gen sandbox listening at ${sandbox.url}\n`);
   process.stdout.write(
     `  generation service: ${sandbox.url} (${options.generationKey ? 'expects a key' : 'self-hosted, no key'})\n` +

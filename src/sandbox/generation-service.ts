@@ -22,6 +22,7 @@ import {
   type SandboxJob,
   type StoredFile,
 } from './generation-jobs';
+import { trustOrigin } from '../http/address-policy';
 import { multipartBoundary, readMultipart, type PartSink } from './multipart';
 import { mountUserData, type UserData } from './user-data';
 
@@ -435,6 +436,9 @@ export async function mountGenerationService(
   const signingKey = randomBytes(32);
   const storage = new Server();
   await storage.listen(options.storagePort ?? 0);
+  // The storage host plays a cloud's, on 127.0.0.1: trusted by the address rule of clients in this process
+  // (a client in another process is told to name it in GRAPH_GEN_TRUSTED_ORIGINS).
+  const distrustStorage = trustOrigin(storage.url);
 
   // Self-hosted servers serve every route under /api and without it; the cloud only under /api. Their
   // unknown routes answer aiohttp's text/plain "404: Not Found".
@@ -922,7 +926,10 @@ export async function mountGenerationService(
         return everything.includes(jobs.apiKey) || everything.includes(encodeURIComponent(jobs.apiKey));
       }),
     addFile: (ref, file) => jobs.files.set(fileKey(ref), file),
-    close: () => storage.close(),
+    close: () => {
+      distrustStorage();
+      return storage.close();
+    },
   };
 }
 

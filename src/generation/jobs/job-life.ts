@@ -122,10 +122,11 @@ export function jobLostError(promptId: string): ExecutionError {
   };
 }
 
-function refusedError(promptId: string, status: number | undefined): ExecutionError {
+function refusedError(promptId: string, refusal: string): ExecutionError {
   return {
     exception_type: 'unauthorized',
-    exception_message: `the generation service refused the API key${status ? ` (HTTP ${status})` : ''} on every status check of job ${promptId}, so how it ends cannot be known: check the key in the config node (the job may still run on the server)`,
+    // `refusal` is the client's sentence for the 401/403, which names what was sent (http/auth.ts).
+    exception_message: `every status check of job ${promptId} was refused, so how it ends cannot be known (the job may still run on the server): ${refusal}`,
     traceback: [],
   };
 }
@@ -323,7 +324,7 @@ export class JobLife {
         this.refusedSince ??= now;
         const { lostConfirmMs } = this.host.timings;
         if (now - this.refusedSince >= lostConfirmMs)
-          this.finishFailed(refusedError(this.promptId, answer.status), 'refused');
+          this.finishFailed(refusedError(this.promptId, answer.message), 'refused');
         else this.host.check(this, this.refusedSince + lostConfirmMs - now);
         return;
       }

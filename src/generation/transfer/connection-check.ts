@@ -3,6 +3,7 @@
  * TLS settings and proxy, answered as a sentence a user can act on. No Node-RED inside.
  */
 import { failedOnTheWay } from '../../http/client';
+import { errorText } from '../../boundary/outside';
 import { ServiceError } from '../../http/errors';
 import { dialogClient, type DialogTarget } from '../dialog-client';
 
@@ -43,7 +44,7 @@ export async function checkConnection(target: CheckTarget): Promise<ConnectionCh
     const serviceError =
       error instanceof ServiceError
         ? error
-        : new ServiceError('network', client.cleanForReport(String(error)));
+        : new ServiceError('network', client.cleanForReport(errorText(error)));
     const sentences: Partial<Record<string, string>> = {
       unauthorized: credential.refusedBy(host),
       network: failedOnTheWay(serviceError)

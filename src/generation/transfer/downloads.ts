@@ -7,6 +7,7 @@ import { createWriteStream, type Stats } from 'node:fs';
 import { link, lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { errorText, textOf } from '../../boundary/outside';
 import { ServiceError, invalidInput } from '../../http/errors';
 import type { FileReference, GenerationRestClient, OpenFile } from './rest-client';
 import { MIB, sizeText } from './size-text';
@@ -316,6 +317,6 @@ export async function downloadToDirectory(
 
 function interrupted(ref: FileReference, error: unknown): ServiceError {
   if (error instanceof ServiceError) return error;
-  const reason = (error as NodeJS.ErrnoException)?.code ?? (error as Error)?.message ?? String(error);
+  const reason = textOf((error as { code?: unknown } | null | undefined)?.code, 100) ?? errorText(error, 300);
   return new ServiceError('network', `the download of "${ref.filename}" broke off (${reason}): try again`);
 }

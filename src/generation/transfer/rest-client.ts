@@ -7,6 +7,7 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { HttpClient, RawResponse } from '../../http/client';
+import { addressRefusal, resolvesLocal } from '../../http/address-policy';
 import { ServiceError, invalidInput, messageFromBody } from '../../http/errors';
 import type { NodeTypeDefinition, Workflow } from '../workflows/workflow';
 import { describeSubmitProblems } from '../workflows/workflow';
@@ -377,6 +378,7 @@ export class GenerationRestClient {
           { status: response.status },
         );
       }
+      await this.checkRedirect(target, base, named, response.status);
       base = target;
       // A storage host may echo the signature in its error body (S3's SignatureDoesNotMatch does).
       signed = [...target.searchParams.values()].filter((value) => value.length >= 8);
@@ -403,6 +405,30 @@ export class GenerationRestClient {
       contentLength: Number.isFinite(length) ? length : undefined,
       body: response.body,
     };
+  }
+
+  /**
+   * Refuses a download's redirect that the address rule (http/address-policy.ts) refuses: to another scheme
+   * than http(s), from https to plain http, or to a local address other than the service's own origin (what it
+   * answered would become a msg's payload or a saved file).
+   */
+  private async checkRedirect(target: URL, from: URL, named: string, status: number): Promise<void> {
+    const rules = { ownOrigin: this.http.url('/').origin };
+    const refusal = addressRefusal(target, from, rules);
+    const local = refusal ? undefined : await resolvesLocal(target, rules);
+    if (!refusal && !local) return;
+    const where = `${target.protocol}//${target.host}`;
+    const why =
+      refusal === 'scheme'
+        ? `to a ${target.protocol} address; only http and https are followed`
+        : refusal === 'downgrade'
+          ? `from https to plain http (${where}), which is refused: the file would travel unprotected`
+          : `to ${where}${local ? `, whose name resolves to ${local}` : ''}, a local address (this machine, a private network or link-local), which is refused: if the service's storage is on your own network, add its origin to the GRAPH_GEN_TRUSTED_ORIGINS environment variable of Node-RED`;
+    throw new ServiceError(
+      'server_error',
+      this.http.cleanForReport(`the generation service redirected the download of ${named} ${why}`),
+      { status },
+    );
   }
 
   /**
