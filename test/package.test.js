@@ -137,8 +137,9 @@ describe('the published tarball', function () {
     // itself was 557 kB at that time; 838 kB once jobs had a life of their own, every input was bounded, and
     // servers behind a login, TLS and a proxy and their saved workflows were reached (the README 93 kB of it);
     // the job-events node added 66 kB (its code, help, example and README section), which with the pictures in the
-    // editor and resumed awaits came to 953 kB.
-    assert.ok(packed.unpackedSize < 1_000_000, `unpacked size ${packed.unpackedSize} bytes`);
+    // editor and resumed awaits came to 953 kB; one boundary for outside values (bounded readers, one address
+    // policy, private journals) to 1,048 kB.
+    assert.ok(packed.unpackedSize < 1_100_000, `unpacked size ${packed.unpackedSize} bytes`);
   });
 
   it('ships the sandbox as the graph-gen-sandbox command: a node script that answers --help', async () => {

@@ -168,12 +168,23 @@ describe('secrets', () => {
       await rogue.close();
     });
 
-    it('an answer nested 50,000 deep that echoes the key is passed on without it', async () => {
+    it('an answer nested 50,000 deep that echoes the key is refused as unreadable, the key in no word of it', async () => {
       // Written out: JSON.stringify itself cannot go that deep.
       rogue.handle = (_req, res) =>
         res
           .writeHead(200, { 'content-type': 'application/json' })
           .end(`${'{"a":['.repeat(25_000)}"echo ${key}"${']}'.repeat(25_000)}`);
+      const error = await client.json('/api/thing').catch((e) => e);
+      assert.equal(error.code, 'server_error');
+      assert.match(error.message, /nests deeper than 256 levels/);
+      assert.ok(!JSON.stringify({ message: error.message, cause: error.cause }).includes(key));
+    });
+
+    it('an answer nested 200 deep that echoes the key is passed on without it', async () => {
+      rogue.handle = (_req, res) =>
+        res
+          .writeHead(200, { 'content-type': 'application/json' })
+          .end(`${'{"a":['.repeat(100)}"echo ${key}"${']}'.repeat(100)}`);
       const { body } = await client.json('/api/thing');
       assert.equal(bottom(body), 'echo ***');
     });
@@ -185,7 +196,9 @@ describe('secrets', () => {
       };
       const error = await client.json('/api/thing', { action: 'reading the thing' }).catch((e) => e);
       assert.equal(error.code, 'invalid_request');
-      assert.match(error.message, /the service said: bad key \*\*\*/);
+      // Too deep to read as JSON: shown as the text it is, cut, with the key removed.
+      assert.match(error.message, /the service said: \{"message":"bad key \*\*\*"/);
+      assert.ok(!error.message.includes(key));
     });
   });
 });

@@ -10,6 +10,7 @@
  */
 import WebSocket from 'ws';
 import { cleanForReport } from '../../http/errors';
+import { transportFailure } from '../../http/transport';
 import { errorText } from '../../boundary/outside';
 import { DEFAULT_MAX_FRAME_BYTES, type BinaryFrame } from './frames';
 import { FrameReader } from './frame-reader';
@@ -182,6 +183,8 @@ export class SocketManager {
   private epochCount = 0;
   private attempt = 0;
   private refused = false;
+  /** Why the last try failed on the way for good (a certificate not trusted), until a socket opens. */
+  private refusedOnTheWay: string | undefined;
   private closed = false;
   private readonly secrets: string[];
   private reconnectTimer?: NodeJS.Timeout;
@@ -401,7 +404,13 @@ export class SocketManager {
       this.log('debug', `graph-gen socket: the server answered the upgrade with HTTP ${status}`);
       ws.terminate();
     });
-    ws.on('error', (error) => this.log('debug', `graph-gen socket error: ${errorText(error)}`));
+    ws.on('error', (error) => {
+      // A certificate not trusted (or a TLS setting that does not fit) fails every try alike: waits for the
+      // socket end at once, as for a refused key, and the next try comes after the longest backoff.
+      const failure = transportFailure(error, new URL(this.options.baseUrl).host, undefined);
+      if (failure?.permanent) this.refusedOnTheWay = failure.sentence;
+      this.log('debug', `graph-gen socket error: ${errorText(error)}`);
+    });
     ws.on('close', (code) => {
       closedResolve();
       this.onClose(ws, code);
@@ -411,6 +420,7 @@ export class SocketManager {
   private onOpen(ws: WebSocket): void {
     if (ws !== this.ws) return;
     this.refused = false;
+    this.refusedOnTheWay = undefined;
     this.epochCount += 1;
     this.stats.socketsOpened += 1;
     this.awaitingPong = false;
@@ -455,13 +465,16 @@ export class SocketManager {
       this.setState('idle');
       return;
     }
-    const delay = this.refused ? this.timings.backoffMaxMs : this.reopenAtOnce ? 0 : this.backoff();
+    const final = this.refused || this.refusedOnTheWay !== undefined;
+    const delay = final ? this.timings.backoffMaxMs : this.reopenAtOnce ? 0 : this.backoff();
     this.reopenAtOnce = false;
     this.log(
-      this.refused ? 'warn' : 'debug',
+      final ? 'warn' : 'debug',
       this.refused
         ? `graph-gen socket: the server refused ${this.options.credentialName ?? 'the API key'}, trying again in ${Math.round(delay / 1000)} s`
-        : `graph-gen socket closed (${code}), reconnecting in ${delay} ms`,
+        : this.refusedOnTheWay !== undefined
+          ? `graph-gen socket: ${this.refusedOnTheWay}; trying again in ${Math.round(delay / 1000)} s`
+          : `graph-gen socket closed (${code}), reconnecting in ${delay} ms`,
     );
     this.reconnectAt = Date.now() + delay;
     this.reconnectTimer = setTimeout(() => {
@@ -472,7 +485,7 @@ export class SocketManager {
     this.reconnectTimer.unref();
     this.setState(this.refused ? 'unauthorized' : 'down');
     for (const waiter of [...this.waiters]) {
-      if (this.refused || this.reconnectAt > waiter.deadline) waiter.finish(false);
+      if (final || this.reconnectAt > waiter.deadline) waiter.finish(false);
     }
   }
 

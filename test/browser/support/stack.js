@@ -40,6 +40,8 @@ async function startStack() {
         GRAPH_GEN_PARTNER_KEY: '',
         AUTOMATION_URL: sandbox.url,
         AUTOMATION_API_KEY: keys.automation,
+        // The sandbox's storage host is on 127.0.0.1, which a download's redirect may reach only when trusted.
+        ...(sandbox.storageUrl ? { GRAPH_GEN_TRUSTED_ORIGINS: sandbox.storageUrl } : {}),
       },
       onOutput: (line) => logs.push(line),
     });
