@@ -401,14 +401,14 @@ function startSandboxProcess({
       keep(data);
       const match = /listening at (http:\/\/\S+)/.exec(output);
       if (match) {
+        // A sandbox with a generation key names its storage host before: Node-RED must trust it.
+        const storage = /storage host: (http:\/\/\S+)/.exec(output);
         child.stdout.off('data', onData);
         child.stderr.off('data', keep);
         child.off('exit', onExit);
         output = '';
         child.stdout.resume();
         child.stderr.pipe(errorOutput, { end: false });
-        // A sandbox with a generation key names its storage host before: Node-RED must trust it.
-        const storage = /storage host: (http:\/\/\S+)/.exec(output);
         resolve({ child, url: match[1], storageUrl: storage?.[1] });
       }
     };
