@@ -251,6 +251,28 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     }
   });
 
+  it('answers settings that are objects whose toString is no function in words, never a thrown 500', async () => {
+    await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
+    const hostile = { toString: 1, valueOf: 1 };
+    for (const body of [
+      { id: 'new', baseUrl: hostile },
+      { id: 'new', baseUrl: cloud.url, apiKey: hostile, timeout: hostile },
+      { id: 'new', baseUrl: [hostile], proxy: hostile },
+    ]) {
+      const answer = remember(await definitions(body));
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      assert.equal(typeof answer.body.ok, 'boolean');
+      if (!answer.body.ok) assert.equal(typeof answer.body.message, 'string');
+    }
+    const test = await helper
+      .request()
+      .post('/graph-gen/graph-gen-config/test')
+      .send({ id: 'new', baseUrl: hostile, timeout: hostile });
+    assert.equal(test.status, 200, JSON.stringify(test.body));
+    assert.equal(test.body.ok, false);
+    assert.match(test.body.message, /base address/);
+  });
+
   it('converts a UI-format workflow with the cached definitions', async () => {
     await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
     remember(await definitions({ id: 'c', baseUrl: cloud.url }));

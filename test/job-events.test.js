@@ -551,10 +551,7 @@ describe('job events', function () {
       });
       try {
         await helper.load(NODES, flow(sandbox));
-        await until(
-          () => warnings().some((text) => /could not start: Error: a fault/.test(text)),
-          'a warning',
-        );
+        await until(() => warnings().some((text) => /could not start: a fault/.test(text)), 'a warning');
       } finally {
         Object.defineProperty(JobEvents, 'defaultTimings', timings);
       }

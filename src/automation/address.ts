@@ -4,6 +4,7 @@
  * `/api/v<version>`. Pure, so every spelling users type can be tested on its own.
  */
 import { invalidInput } from '../http/errors';
+import { textOf } from '../boundary/outside';
 
 export type Deployment = 'self-hosted' | 'cloud';
 
@@ -30,18 +31,19 @@ export function normalisePathPrefix(prefix: string | undefined): string {
 
 /** `1`, `"1"`, `"v1"`, `"V2"` → 1, 1, 1, 2; blank → the default. */
 export function parseApiVersion(value: number | string | undefined): number {
-  if (value === undefined || value === null || String(value).trim() === '') return DEFAULT_API_VERSION;
-  const text = String(value).trim().replace(/^v/i, '');
+  const given = (textOf(value, 100) ?? '').trim();
+  if (given === '') return DEFAULT_API_VERSION;
+  const text = given.replace(/^v/i, '');
   const version = Number(text);
   if (!/^\d+$/.test(text) || version < 1) {
-    throw invalidInput(`the API version "${String(value)}" is not a whole number such as 1`);
+    throw invalidInput(`the API version "${given}" is not a whole number such as 1`);
   }
   return version;
 }
 
 function parsePort(value: number | string | undefined): number | undefined {
-  if (value === undefined || value === null || String(value).trim() === '') return undefined;
-  const text = String(value).trim();
+  const text = (textOf(value, 100) ?? '').trim();
+  if (text === '') return undefined;
   const port = Number(text);
   if (!/^\d+$/.test(text) || port < 1 || port > 65535) {
     throw invalidInput(`the port "${text}" is not a number from 1 to 65535`);

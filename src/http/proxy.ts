@@ -6,6 +6,7 @@
  * requests, the socket and the downloads. No Node-RED inside.
  */
 import { invalidInput } from './errors';
+import { textOf } from '../boundary/outside';
 
 export interface ProxySettings {
   /** The proxy for http addresses ('' or absent: none). */
@@ -70,7 +71,9 @@ export function proxyFromNode(node: {
   return {
     httpProxy: url,
     httpsProxy: url,
-    noProxy: (node.noproxy ?? []).map((entry) => String(entry).trim()).filter(Boolean),
+    noProxy: (Array.isArray(node.noproxy) ? node.noproxy : [])
+      .map((entry) => (textOf(entry) ?? '').trim())
+      .filter(Boolean),
     username: node.username || undefined,
     password: node.password || undefined,
   };

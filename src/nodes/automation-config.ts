@@ -9,6 +9,7 @@ import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '.
 import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
 import { asServiceError, catalogTexts, connectionTestTarget, type Texts } from './node-helpers';
+import { textOf } from '../boundary/outside';
 
 interface AutomationConfigDef extends NodeDef {
   deployment?: string;
@@ -41,8 +42,9 @@ interface AutomationConfigNode extends Node<AutomationCredentials> {
 }
 
 function numberSetting(value: string | number | undefined, fallback: number, min: number): number {
-  if (value === undefined || String(value).trim() === '') return fallback;
-  const number = Number(value);
+  const text = (textOf(value) ?? '').trim();
+  if (text === '') return fallback;
+  const number = Number(text);
   return Number.isFinite(number) && number >= min ? number : fallback;
 }
 

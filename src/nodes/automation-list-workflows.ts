@@ -24,6 +24,7 @@ import {
   statusOk,
   type Texts,
 } from './node-helpers';
+import { textOf } from '../boundary/outside';
 
 interface ListWorkflowsDef extends NodeDef {
   server: string;
@@ -72,7 +73,7 @@ export = function (RED: NodeAPI) {
 
     async function setting(msg: NodeMessage, value: unknown, type: string | undefined): Promise<unknown> {
       if (LITERAL_TYPES.has(type ?? '')) return value === '' ? undefined : value;
-      return evaluateProperty(RED, node, msg, String(value ?? ''), type);
+      return evaluateProperty(RED, node, msg, textOf(value) ?? '', type);
     }
 
     function clientFor(): AutomationClient {

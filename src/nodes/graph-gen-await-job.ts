@@ -14,6 +14,7 @@ import { KeptAwaits } from './await-resume';
 import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
 import { editorPicture } from './editor-picture';
 import type graphGenConfig from './graph-gen-config';
+import { errorText } from '../boundary/outside';
 
 interface AwaitJobDef extends NodeDef {
   server: string;
@@ -240,7 +241,7 @@ export = function (RED: NodeAPI): void {
               if (!closing) resumeKept();
             },
             (error: unknown) =>
-              node.warn(`graph-gen: the awaits kept for a restart cannot be read: ${String(error)}`),
+              node.warn(`graph-gen: the awaits kept for a restart cannot be read: ${errorText(error)}`),
           )
         : Promise.resolve();
 

@@ -33,6 +33,7 @@ import {
   type ConnectionTestTarget,
   type Texts,
 } from './node-helpers';
+import { errorText, textOf } from '../boundary/outside';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
@@ -58,10 +59,9 @@ const MIB = 1024 * 1024;
 
 /** A positive number setting, else the default. */
 function positive(value: string | number | undefined, unit: number, fallback: number): number {
-  const number = Number(value);
-  return value !== undefined && String(value).trim() !== '' && Number.isFinite(number) && number > 0
-    ? number * unit
-    : fallback;
+  const text = (textOf(value) ?? '').trim();
+  const number = Number(text);
+  return text !== '' && Number.isFinite(number) && number > 0 ? number * unit : fallback;
 }
 
 function limitsOf(def: GraphGenConfigDef): GenerationLimits {
@@ -216,7 +216,7 @@ function graphGenConfig(RED: NodeAPI): void {
         return;
       }
       checkConnection({
-        baseUrl: String(target.settings.baseUrl ?? '').trim(),
+        baseUrl: (textOf(target.settings.baseUrl) ?? '').trim(),
         ...authOf(target.settings, target.credentials),
         transport,
       }).then(
@@ -225,7 +225,7 @@ function graphGenConfig(RED: NodeAPI): void {
           res.json({
             ok: false,
             code: 'server_error',
-            message: texts('errors.test-failed', { error: String(error) }),
+            message: texts('errors.test-failed', { error: errorText(error) }),
           }),
       );
     },
@@ -290,7 +290,7 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
    */
   function dialogServer(body: DialogRequest, target: DialogTarget): DialogServer {
     if (target.refusal) throw invalidInput(target.refusal);
-    const baseUrl = String(target.settings.baseUrl ?? '').trim();
+    const baseUrl = (textOf(target.settings.baseUrl) ?? '').trim();
     if (!baseUrl) throw invalidInput(texts('errors.no-base-address'));
     const deployed = target.asSaved
       ? (RED.nodes.getNode(body.id as string) as graphGenConfig.GraphGenConfigNode | null)

@@ -16,6 +16,7 @@ import type { KeptRecord, MemoryStore } from '../generation/jobs/job-event-memor
 import { catalogTexts, statusFailed, statusOk, statusWaiting, type Texts } from './node-helpers';
 import { nodeFile, sweepNodeFiles } from './node-state';
 import type graphGenConfig from './graph-gen-config';
+import { errorText, textOf } from '../boundary/outside';
 
 interface JobEventsDef extends NodeDef {
   server: string;
@@ -32,7 +33,7 @@ const DEFAULT_EVENTS: JobEventTopic[] = ['completed', 'failed', 'cancelled'];
 
 /** The events setting as a list; nothing valid in it: the default ones. */
 function eventsOf(setting: unknown): JobEventTopic[] {
-  const chosen = String(setting ?? '')
+  const chosen = (textOf(setting) ?? '')
     .split(',')
     .map((word) => word.trim())
     .filter((word): word is JobEventTopic => (JOB_EVENT_TOPICS as readonly string[]).includes(word));
@@ -91,7 +92,7 @@ export = function (RED: NodeAPI): void {
       .then((opened) => (journal = opened))
       .catch((error: unknown) => {
         node.warn(
-          `graph-gen: the jobs told before cannot be read (${String(error)}): after a restart some may be told again`,
+          `graph-gen: the jobs told before cannot be read (${errorText(error)}): after a restart some may be told again`,
         );
         return memoryOnly();
       })
@@ -111,7 +112,7 @@ export = function (RED: NodeAPI): void {
         watcher.start();
       })
       .catch((error: unknown) =>
-        node.warn(`graph-gen: the job events node could not start: ${String(error)}`),
+        node.warn(`graph-gen: the job events node could not start: ${errorText(error)}`),
       );
 
     node.on('close', (removed: boolean, done: () => void) => {

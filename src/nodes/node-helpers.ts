@@ -9,6 +9,7 @@ import { ServiceError, invalidInput } from '../http/errors';
 import type { GenerationConnection } from '../generation/connection';
 import type { ConnectionState } from '../generation/jobs/socket-manager';
 import type { GraphGenConfigNode } from './graph-gen-config';
+import { errorText, textOf } from '../boundary/outside';
 
 /** Values for a catalog text's `__name__` placeholders. */
 export type TextValues = Record<string, string | number>;
@@ -90,7 +91,7 @@ export function evaluateProperty(
  */
 export function asServiceError(error: unknown): ServiceError {
   if (error instanceof ServiceError) return error;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorText(error);
   return new ServiceError('internal_error', `unexpected failure in the node: ${message}`);
 }
 
@@ -245,7 +246,7 @@ export function connectionTestTarget<S extends object>(
       if (config.id === body.id && config.type === type) saved = config as unknown as Record<string, unknown>;
     });
   }
-  const text = (value: unknown) => (value === undefined || value === null ? '' : String(value));
+  const text = (value: unknown) => textOf(value) ?? '';
   const sent = body as Record<string, unknown>;
   const asDeployed =
     saved !== undefined &&

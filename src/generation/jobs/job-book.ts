@@ -30,6 +30,7 @@ import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from 
 import { Limiter } from './limiter';
 import { RecentMap } from './recent-map';
 import type { ConnectionState, SocketManager } from './socket-manager';
+import { errorText } from '../../boundary/outside';
 
 export interface JobTimings {
   /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
@@ -379,7 +380,7 @@ export class JobBook implements LifeHost {
         .catch((error: unknown): QueueRead => ({
           kind: 'unreadable',
           reason: 'failed',
-          message: String(error),
+          message: errorText(error),
         }));
       this.queueRead = { at: now, read };
     }

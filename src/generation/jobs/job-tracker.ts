@@ -7,6 +7,7 @@
 import type { JobAwait, JobBook } from './job-book';
 import type { JobLife, JobProgress, JobResult, LifeState } from './job-life';
 import type { ConnectionState, SocketManager, SocketUser } from './socket-manager';
+import { errorText } from '../../boundary/outside';
 
 export type { JobEndStatus, JobProgress, JobResult } from './job-life';
 
@@ -268,7 +269,7 @@ export class JobTracker {
     try {
       job.options.onEnd?.(result);
     } catch (error) {
-      this.log('warn', `graph-gen: handing on the result of ${job.promptId} failed: ${String(error)}`);
+      this.log('warn', `graph-gen: handing on the result of ${job.promptId} failed: ${errorText(error)}`);
     }
     job.resolve(result);
     this.notify();
@@ -283,7 +284,7 @@ export class JobTracker {
         .catch((error: unknown) =>
           this.log(
             'warn',
-            `graph-gen: cancelling ${job.promptId} after its timeout failed: ${String(error)}`,
+            `graph-gen: cancelling ${job.promptId} after its timeout failed: ${errorText(error)}`,
           ),
         );
     }
