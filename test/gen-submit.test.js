@@ -336,6 +336,18 @@ describe('graph-gen-submit', () => {
     assert.deepEqual([...sandbox.jobs.jobs.keys()], [resent.prompt_id], 'one job, under the id first sent');
   }).timeout(30000);
 
+  it('a submit whose answer comes after the time limit is asked for by its id, not failed: it runs once', async () => {
+    const flow = flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url });
+    flow[0].requestTimeout = 1;
+    await load(flow);
+    sandbox.jobs.jobs.clear();
+    // The server takes the job at once and holds its answer past the 1 s limit.
+    sandbox.faults.add({ method: 'POST', path: '/api/prompt', holdMs: 4000 });
+    const taken = await outputOf('n', { payload: textToImage() }, 15000);
+    assert.equal(submitted().length, 1, 'not sent again: the server has it');
+    assert.deepEqual([...sandbox.jobs.jobs.keys()], [taken.prompt_id]);
+  }).timeout(30000);
+
   it('waits for the shared socket before posting, and still submits when it is not up', async () => {
     await load(flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url }));
     const connection = helper.getNode('c').connection;

@@ -246,8 +246,13 @@ export class HttpClient {
           `${this.options.serviceName} answered ${this.what(options)} with more than ${formatBytes(error.limit)}: check the base address in the config node (the limit is a setting)`,
         );
       }
-      if (controller.signal.aborted && !options.signal?.aborted)
-        throw new ServiceError('network', this.outOfTime(clock, options));
+      if (controller.signal.aborted && !options.signal?.aborted) {
+        const failure = new ServiceError('network', this.outOfTime(clock, options));
+        // Out of time once the body had left: the service may have acted on it (a submit whose answer is late
+        // is asked for by its id, never taken for one that was not sent).
+        if (mayHaveReachedService(error) || clock.phase !== 'sending') maybeSent.add(failure);
+        throw failure;
+      }
       throw error;
     } finally {
       clock.stop();
