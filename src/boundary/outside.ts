@@ -103,8 +103,40 @@ export function ownValue(record: object, key: string): unknown {
 
 /**
  * Sets a record's own property, also for a word from outside: assigning `__proto__` would change the record's
- * prototype instead (and lose the value), so the property is defined.
+ * prototype instead (and lose the value), so that one property is defined; any other is assigned (cheaper).
  */
-export function setOwn(record: object, key: string, value: unknown): void {
-  Object.defineProperty(record, key, { value, enumerable: true, writable: true, configurable: true });
+export function setOwn<T>(record: Record<string, T>, key: string, value: T): void {
+  if (key === '__proto__') {
+    Object.defineProperty(record, key, { value, enumerable: true, writable: true, configurable: true });
+  } else record[key] = value;
+}
+
+/**
+ * A copy of a JSON value that shares no object with it, made without recursion (a value from a server may
+ * nest deep); a part met twice is copied once. Keys are kept as own properties, `__proto__` included.
+ */
+export function copyJson<T>(value: T): T {
+  if (value === null || typeof value !== 'object') return value;
+  const copies = new Map<object, object>();
+  const pending: Array<{ source: object; target: Record<string, unknown> | unknown[] }> = [];
+  const copyOf = (part: unknown): unknown => {
+    if (part === null || typeof part !== 'object') return part;
+    const known = copies.get(part);
+    if (known) return known;
+    const target: Record<string, unknown> | unknown[] = Array.isArray(part) ? [] : {};
+    copies.set(part, target);
+    pending.push({ source: part, target });
+    return target;
+  };
+  const root = copyOf(value);
+  while (pending.length > 0) {
+    const { source, target } = pending.pop() as (typeof pending)[number];
+    if (Array.isArray(target)) {
+      for (const item of source as unknown[]) target.push(copyOf(item));
+      continue;
+    }
+    for (const key of Object.keys(source))
+      setOwn(target, key, copyOf((source as Record<string, unknown>)[key]));
+  }
+  return root as T;
 }

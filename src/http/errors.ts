@@ -2,7 +2,7 @@
  * The one error type every client in this package raises. Node-RED copies `message`, `code` and `cause`
  * into a Catch node's `msg.error`, so all three must be free of keys, tokens and signed addresses.
  */
-import { ownValue, textOf } from '../boundary/outside';
+import { ownValue, setOwn, textOf } from '../boundary/outside';
 import { isRecord } from '../boundary/json-values';
 
 /** The codes of the package contract (CONTRACT.md, "Errors"). */
@@ -186,15 +186,9 @@ function mapStrings<T>(value: T, change: (text: string) => string): T {
       for (let index = 0; index < source.length; index++) list[index] = converted(source[index]);
       continue;
     }
-    // Defined, not assigned: a `__proto__` property name stays a property, the copy's prototype untouched.
-    for (const [key, inner] of Object.entries(source)) {
-      Object.defineProperty(copy, change(key), {
-        value: converted(inner),
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    }
+    // A `__proto__` property name stays a property, the copy's prototype untouched.
+    const record = copy as Record<string, unknown>;
+    for (const [key, inner] of Object.entries(source)) setOwn(record, change(key), converted(inner));
   }
   return root as T;
 }

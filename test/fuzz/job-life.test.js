@@ -7,7 +7,7 @@ const assert = require('node:assert/strict');
 const { fc, fuzzOptions, hostileJson, PROTOTYPE_WORDS } = require('../support/fuzz');
 const { JobBook } = require('../../dist/generation/jobs/job-book');
 const { CancelRegistry } = require('../../dist/generation/jobs/cancels');
-const { copyJson } = require('../../dist/boundary/json-values');
+const { copyJson } = require('../../dist/boundary/outside');
 
 const REAL_TYPES = [
   'execution_start',

@@ -23,7 +23,7 @@
  * No Node-RED inside.
  */
 import { setMaxListeners } from 'node:events';
-import { copyJson } from '../../boundary/json-values';
+import { copyJson } from '../../boundary/outside';
 import type { CancelKind, CancelRegistry } from './cancels';
 import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
 import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';

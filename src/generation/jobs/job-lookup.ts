@@ -21,10 +21,10 @@
  */
 import type { HttpClient } from '../../http/client';
 import { ServiceError } from '../../http/errors';
-import { setOwn, type JobOutputs } from './job-outputs';
+import type { JobOutputs } from './job-outputs';
 import { phaseOfStatus, isTerminal, type JobPhase } from './status-words';
 import { isRecord } from '../../boundary/json-values';
-import { errorText, ownValue, textOf } from '../../boundary/outside';
+import { errorText, ownValue, setOwn, textOf } from '../../boundary/outside';
 import { dropOne, readJobId, readQueueEntryId, type Dropped } from './job-ids';
 
 export interface ExecutionError {

@@ -6,6 +6,7 @@
  */
 
 import { titleOf, type WorkflowNode } from '../workflows/workflow';
+import { setOwn } from '../../boundary/outside';
 
 export type JobOutputs = Record<string, Record<string, unknown>>;
 
@@ -71,13 +72,6 @@ export function filesOf(outputs: JobOutputs, choice: FileChoice = {}): FileRefer
     }
   }
   return files;
-}
-
-/** Sets an own, enumerable property whatever its name (`obj[key] = value` with `__proto__` sets the prototype). */
-export function setOwn<T>(target: Record<string, T>, key: string, value: T): void {
-  if (key === '__proto__') {
-    Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
-  } else target[key] = value;
 }
 
 /**

@@ -15,7 +15,7 @@
  * `$plain` of its own is wrapped as `{"$plain": {...}}`, so no msg is read back as something it was not.
  * No Node-RED inside.
  */
-import { MAX_JSON_DEPTH, ownValue, readOk, unreadable, type Read } from '../../boundary/outside';
+import { MAX_JSON_DEPTH, ownValue, readOk, setOwn, unreadable, type Read } from '../../boundary/outside';
 import { isRecord } from '../../boundary/json-values';
 
 export interface KeptAwait {
@@ -80,7 +80,7 @@ export function keptMessage(msg: Record<string, unknown>, maxBytes = Infinity): 
     }
     try {
       const value = keptValue(msg[name], name, omit, budget);
-      if (value !== undefined) define(kept, name, value);
+      if (value !== undefined) setOwn(kept, name, value);
     } catch {
       // A getter or a proxy that throws: the property is not kept.
       omit(name);
@@ -171,7 +171,7 @@ function keptValue(
     const target = frame.target as Record<string, unknown>;
     // A tagged object's copy goes inside `{"$plain": ...}`: the parent already holds the wrapper.
     const copy: Record<string, unknown> = frame.tagged ? {} : target;
-    if (frame.tagged) define(target, PLAIN_TAG, copy);
+    if (frame.tagged) setOwn(target, PLAIN_TAG, copy);
     for (const key of Object.keys(frame.source)) {
       const value = leaf(
         (frame.source as Record<string, unknown>)[key],
@@ -179,15 +179,10 @@ function keptValue(
         frame.nesting,
         key.length + 3,
       );
-      if (value !== undefined) define(copy, key, value);
+      if (value !== undefined) setOwn(copy, key, value);
     }
   }
   return top;
-}
-
-/** Sets an own property, `__proto__` included (a plain assignment of that key would set the prototype). */
-function define(target: Record<string, unknown>, key: string, value: unknown): void {
-  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
 }
 
 /** A journal entry as a kept await, or why it is not one. Its msg stays as kept (`restoredMessage` makes it). */
@@ -233,7 +228,7 @@ export function restoredMessage(kept: Record<string, unknown>): Record<string, u
       continue;
     }
     for (const [key, item] of Object.entries(source as Record<string, unknown>))
-      define(target, key, restore(item));
+      setOwn(target, key, restore(item));
   }
   return restored;
 }
