@@ -23,14 +23,13 @@
  * No Node-RED inside.
  */
 import { setMaxListeners } from 'node:events';
-import { copyJson } from '../../boundary/outside';
+import { copyJson, errorText } from '../../boundary/outside';
 import type { CancelKind, CancelRegistry } from './cancels';
 import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
 import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
 import { Limiter } from './limiter';
 import { RecentMap } from './recent-map';
 import type { ConnectionState, SocketManager } from './socket-manager';
-import { errorText } from '../../boundary/outside';
 
 export interface JobTimings {
   /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */

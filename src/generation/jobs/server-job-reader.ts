@@ -10,12 +10,11 @@
  */
 import type { GenerationConnection } from '../connection';
 import { jobLostError, type JobResult } from './job-life';
-import type { LookupAnswer, QueueRead, Unreadable } from './job-lookup';
+import { unreadableOf, type LookupAnswer, type QueueRead, type Unreadable } from './job-lookup';
 import { readJobsPage, readQueueOwners, type ListedJob, type QueueOwners } from './job-list';
 import { JobEventTeller, resultOf, type SeenJob, type SeenPhase } from './job-event-teller';
 import { Limiter } from './limiter';
 import { isTerminal, type JobPhase, type TerminalPhase } from './status-words';
-import { unreadableOf } from './job-lookup';
 import type { Dropped } from './job-ids';
 
 /** What a look made of it: whether it read the jobs, found changes, and left some for the next look. */
