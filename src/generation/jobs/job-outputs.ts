@@ -14,6 +14,8 @@ export interface FileReference {
   filename: string;
   subfolder: string;
   type: string;
+  /** The server's id of the file where it names files by id (Comfy API v2's assets): what downloads it. */
+  asset_id?: string;
 }
 
 /**
@@ -63,6 +65,7 @@ export function filesOf(outputs: JobOutputs, choice: FileChoice = {}): FileRefer
           subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
           type: typeof item.type === 'string' ? item.type : 'output',
         };
+        if (typeof item.asset_id === 'string' && item.asset_id !== '') ref.asset_id = item.asset_id;
         if (choice.savedOnly && ref.type !== 'output') continue;
         const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
         if (seen.has(key)) continue;

@@ -14,11 +14,9 @@ import { describeSubmitProblems } from '../workflows/workflow';
 import { readQueueEntryId } from '../jobs/job-ids';
 import { multipartBody, type FormPart } from './multipart-body';
 
-export interface FileReference {
-  filename: string;
-  subfolder: string;
-  type: string;
-}
+import type { FileReference } from '../jobs/job-outputs';
+
+export type { FileReference };
 
 export interface UploadRequest {
   /** The file's bytes, or the path of a local file (streamed, never read whole). */

@@ -1,0 +1,96 @@
+/**
+ * A server's dialect: how one kind of generation server is spoken to. Today's API (ComfyUI, cloud or
+ * self-hosted: `/api/prompt`, `/ws`) and Comfy API v2 (`/api/v2/jobs`, event streams, assets) each implement
+ * this interface in their own module; the job book and job lives (jobs/), the connection and the nodes use only
+ * this. Nothing here knows which dialect it talks to, so no `if (v2)` lives outside a dialect's own folder.
+ * No Node-RED inside.
+ */
+import type { CancelOutcome } from '../jobs/cancels';
+import type { EndedAnswer, LookupAnswer, QueueRead } from '../jobs/job-lookup';
+import type {
+  ConnectionState,
+  EveryJobListener,
+  JobListener,
+  LogLevel,
+  SocketUser,
+} from '../jobs/socket-manager';
+import type {
+  FileReference,
+  OpenFile,
+  QueueState,
+  SubmitResult,
+  UploadRequest,
+  UploadResult,
+} from '../transfer/rest-client';
+import type { NodeTypeDefinition, Workflow } from '../workflows/workflow';
+
+export type DialectName = 'comfyui' | 'comfy-api-v2';
+
+/** What the job book asks the server about jobs (jobs/job-book.ts decides when). */
+export interface JobLookupPort {
+  /**
+   * One job's status. `readQueue` is the book's shared read of the jobs waiting and running: a dialect whose
+   * list read also carries ended jobs answers from it without a request of its own.
+   */
+  status(promptId: string, signal?: AbortSignal, readQueue?: () => Promise<QueueRead>): Promise<LookupAnswer>;
+  /** The jobs waiting and running, in one read for all; unreadable is never an empty queue. */
+  queue(signal?: AbortSignal): Promise<QueueRead>;
+  /** An ended job's outputs and error. */
+  ended(promptId: string, signal?: AbortSignal): Promise<EndedAnswer>;
+  /** A recent job's run time, for wait estimates; undefined where the server does not say. */
+  runTimeMs(signal?: AbortSignal): Promise<number | undefined>;
+}
+
+/**
+ * Where the events of jobs come from: today's shared WebSocket (jobs/socket-manager.ts), or v2's event
+ * streams. Events reach a job's listener as `SocketEvent`s of today's API (execution_start, progress, executed,
+ * executing null, ...), each dialect translating its own. A source that is not `isOpen` leaves every job to
+ * the book's polling; its events only come sooner.
+ */
+export interface JobEventSource {
+  readonly state: ConnectionState;
+  readonly isOpen: boolean;
+  /** Which connection (counted from 1) is open: a change between two events of a job means a gap. */
+  readonly epoch: number;
+  readonly stats: { readonly framesReceived: number };
+  /** Waits (bounded) until events flow, so none of a job submitted next is missed; false if they do not. */
+  ready(timeoutMs: number): Promise<boolean>;
+  register(user: SocketUser): () => void;
+  subscribe(promptId: string, listener: JobListener): void;
+  unsubscribe(promptId: string, listener: JobListener, options?: { ended?: boolean }): void;
+  /** Every job's events, whichever job (the job-events node's tap); a source without one never calls it. */
+  watchAll(listener: EveryJobListener): () => void;
+  /** Opens the connection again (the book saw a job move on while it stayed silent). */
+  reopen(): void;
+  log(level: LogLevel, message: string): void;
+  close(): Promise<void>;
+}
+
+/** One server's dialect: every request a config node makes of a generation server goes through one. */
+export interface ServerDialect {
+  readonly name: DialectName;
+  readonly lookup: JobLookupPort;
+  /** The events source, created on first use. */
+  events(): JobEventSource;
+  /**
+   * Submits a workflow (API format); the result's `prompt_id` is the job's id. A submit whose answer was lost
+   * is settled by the dialect's own means: a job never runs twice and is never lost.
+   */
+  submit(
+    workflow: Workflow,
+    extraData?: Record<string, unknown>,
+    signal?: AbortSignal,
+  ): Promise<SubmitResult>;
+  /** Cancels jobs wherever they are (waiting or running); what happened to each. */
+  cancel(promptIds: string[], signal?: AbortSignal): Promise<CancelOutcome>;
+  /** Interrupts the running job (only `promptId` when given); refused in a sentence where there is none. */
+  interrupt(promptId?: string, signal?: AbortSignal): Promise<unknown>;
+  /** The queue as the queue node shows it: `queue_running` and `queue_pending` entries. */
+  queueState(signal?: AbortSignal): Promise<QueueState>;
+  upload(request: UploadRequest): Promise<UploadResult>;
+  /** Opens an output file for streaming (`ref` as a result's `files` name it). */
+  openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
+  /** The server's node definitions; undefined where the dialect offers none (v2). */
+  nodeDefinitions?(fresh?: boolean, signal?: AbortSignal): Promise<Record<string, NodeTypeDefinition>>;
+  close(): Promise<void>;
+}
