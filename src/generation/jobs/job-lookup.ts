@@ -73,6 +73,10 @@ export type QueueRead =
       pending: Set<string>;
       ahead: Map<string, number>;
       dropped?: Dropped;
+      /** Jobs the read found ended, with their answers (a v2 list carries ended jobs, outputs and all). */
+      ended?: Map<string, LookupAnswer>;
+      /** It lists only a page of the jobs (a v2 list holds 100): a job it does not name may still wait or run. */
+      partial?: true;
     }
   | Unreadable;
 
@@ -108,7 +112,7 @@ export type EndedAnswer =
 
 export type StatusRoute = 'status' | 'jobs' | 'history_v2' | 'history' | 'queue' | 'jobs_list';
 
-/** Where a queue read puts the job; undefined when the queue could not be read. */
+/** Where a queue read puts the job; undefined when the queue could not be read, or the read is a page without it. */
 export function phaseInQueue(
   read: QueueRead,
   promptId: string,
@@ -116,7 +120,7 @@ export function phaseInQueue(
   if (read.kind !== 'read') return undefined;
   if (read.running.has(promptId)) return 'running';
   if (read.pending.has(promptId)) return 'pending';
-  return 'absent';
+  return read.partial ? undefined : 'absent';
 }
 
 export interface JobLookupOptions {
