@@ -292,7 +292,7 @@ async function runOurs(child, jobs, root = path.join(__dirname, '..')) {
   // Older builds submit through their REST client, with the socket's client id.
   const submit = connection.submit
     ? () => connection.submit(WORKFLOW)
-    : () => connection.rest.submit(WORKFLOW, connection.clientId);
+    : () => connection.dialect.rest.submit(WORKFLOW, connection.clientId);
   const ids = await submitAll(jobs, async () => (await submit()).prompt_id);
   const before = await child.call('stats');
   // When each result reached the caller; after the run, less the sandbox's send time of the job's

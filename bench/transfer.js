@@ -82,8 +82,9 @@ async function child(side, host, baseUrl, apiKey, file, directory, warmFile) {
     const { GenerationConnection } = require('../dist/generation/connection');
     const { downloadToDirectory } = require('../dist/generation/transfer/downloads');
     const connection = new GenerationConnection({ baseUrl, apiKey, partnerKeyField: 'api_key_service_org' });
-    runUpload = async (source) => connection.rest.upload({ source, filename: 'upload.bin', type: 'input' });
-    runDownload = async (ref) => downloadToDirectory(connection.rest, ref, directory, true);
+    runUpload = async (source) =>
+      connection.dialect.rest.upload({ source, filename: 'upload.bin', type: 'input' });
+    runDownload = async (ref) => downloadToDirectory(connection.dialect, ref, directory, true);
     close = () => connection.close();
   } else {
     const agent = new Agent({ keepAliveTimeout: 30_000 });

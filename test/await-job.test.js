@@ -411,7 +411,7 @@ describe('graph-gen-await-job', () => {
     assert.equal(failure.error.exception_type, 'OOMError', 'the error comes from /api/jobs');
     await until(() => status.at(-1)?.text?.startsWith('queued'), 'the queued status');
     assert.equal(done.received.length, 1, 'a waiting job is not an end');
-    const raw = await connection.lookup.status(waiting.id);
+    const raw = await connection.dialect.lookup.status(waiting.id);
     assert.deepEqual([raw.word, raw.phase], ['queued_waiting', 'pending']);
     sandbox.events.run(waiting.id);
     assert.equal((await done.next(2)).payload.prompt_id, waiting.id);

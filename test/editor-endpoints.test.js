@@ -336,7 +336,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
     await load(flowWith({ type: 'graph-gen-queue' }, { baseUrl: cloud.url }));
     const { connection } = helper.getNode('c');
     // What the submit nodes read is what the dialog shows: no second download, no second copy.
-    const held = await connection.rest.nodeDefinitions();
+    const held = await connection.dialect.rest.nodeDefinitions();
     assert.equal(objectInfoReads(cloud), 1);
     const answer = remember(await definitions({ id: 'c', baseUrl: cloud.url }));
     assert.equal(answer.body.ok, true, answer.body.message);
@@ -353,7 +353,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
       assert.ok(
         later.body.definitions.CheckpointLoaderSimple.inputs[0].options.includes('later.safetensors'),
       );
-      const shared = await connection.rest.nodeDefinitions();
+      const shared = await connection.dialect.rest.nodeDefinitions();
       assert.ok(shared.CheckpointLoaderSimple.input.required.ckpt_name[0].includes('later.safetensors'));
       assert.equal(objectInfoReads(cloud), 2);
     } finally {

@@ -32,6 +32,7 @@ describe('graph-gen-config', () => {
     assert.deepEqual(connection.settings, {
       clientId: connection.clientId,
       baseUrl: cloud.url,
+      dialect: 'comfyui',
       apiKey: API_KEY,
       partnerKey: PARTNER_KEY,
       partnerKeyField: 'api_key_service_org',

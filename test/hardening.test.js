@@ -420,8 +420,8 @@ describe('hardening', () => {
       };
       const connection = new GenerationConnection({ baseUrl: rogue.url, partnerKeyField: 'x' });
       try {
-        assert.deepEqual(await connection.lookup.status('__proto__'), { kind: 'unknown' });
-        assert.deepEqual(await connection.lookup.ended('__proto__'), { kind: 'none' });
+        assert.deepEqual(await connection.dialect.lookup.status('__proto__'), { kind: 'unknown' });
+        assert.deepEqual(await connection.dialect.lookup.ended('__proto__'), { kind: 'none' });
       } finally {
         await connection.close();
       }

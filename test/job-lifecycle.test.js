@@ -55,16 +55,16 @@ describe('job lifecycle on a self-hosted server', () => {
       const job = sandbox.jobs.submit(workflow(), 'someone-else');
       await until(() => job.state === 'completed', 'the job to end');
       sandbox.counters.reset();
-      const first = await connection.lookup.status(job.id);
+      const first = await connection.dialect.lookup.status(job.id);
       assert.equal(first.phase, 'completed');
       assert.deepEqual(fileNames(first.outputs), fileNames(job.outputs));
       assert.deepEqual(
         sandbox.counters.requests.map((seen) => seen.path),
         [`/api/job/${job.id}/status`, `/api/jobs/${job.id}`],
       );
-      assert.deepEqual(connection.lookup.absentRoutes, ['status']);
+      assert.deepEqual(connection.dialect.lookup.absentRoutes, ['status']);
       sandbox.counters.reset();
-      assert.equal((await connection.lookup.status(job.id)).phase, 'completed');
+      assert.equal((await connection.dialect.lookup.status(job.id)).phase, 'completed');
       assert.deepEqual(
         sandbox.counters.requests.map((seen) => seen.path),
         [`/api/jobs/${job.id}`],
@@ -77,25 +77,25 @@ describe('job lifecycle on a self-hosted server', () => {
       sandbox.faults.add({ path: /\/status$/, status: 405, body: 'Method Not Allowed' });
       const job = sandbox.jobs.submit(workflow(), 'someone-else');
       await until(() => job.state === 'completed', 'the job to end');
-      const answer = await connection.lookup.status(job.id);
+      const answer = await connection.dialect.lookup.status(job.id);
       assert.equal(answer.phase, 'completed');
       assert.deepEqual(fileNames(answer.outputs), fileNames(job.outputs));
-      assert.deepEqual(connection.lookup.absentRoutes.sort(), ['jobs', 'status']);
+      assert.deepEqual(connection.dialect.lookup.absentRoutes.sort(), ['jobs', 'status']);
     });
 
     it('with history only, the queue tells a waiting job from a forgotten one', async () => {
       const { sandbox, connection } = await setUp({ sandboxOptions: { events: { autoRun: false } } });
       sandbox.generation.options.jobsEndpoint = false;
       const job = sandbox.jobs.submit(workflow(), 'someone-else');
-      assert.equal((await connection.lookup.status(job.id)).phase, 'pending');
-      assert.equal((await connection.lookup.status('no-such-job')).kind, 'unknown');
+      assert.equal((await connection.dialect.lookup.status(job.id)).phase, 'pending');
+      assert.equal((await connection.dialect.lookup.status('no-such-job')).kind, 'unknown');
     });
 
     it('a 200 whose body is not JSON is an answer that could not be read, not an absent job', async () => {
       const { sandbox, connection } = await setUp();
       const job = sandbox.jobs.submit(workflow(), 'someone-else');
       sandbox.faults.add({ path: `/api/jobs/${job.id}`, malformed: true });
-      const answer = await connection.lookup.status(job.id);
+      const answer = await connection.dialect.lookup.status(job.id);
       assert.equal(answer.kind, 'unreadable');
       assert.equal(answer.reason, 'failed');
       assert.match(answer.message, /not JSON/);
@@ -285,7 +285,7 @@ describe('job lifecycle on a self-hosted server', () => {
       assert.deepEqual(idsOf(await connection.queue()), expected);
       assert.deepEqual(await connection.queue().then(idsOf), expected);
       assert.deepEqual(reads(), ['GET /api/jobs', 'GET /api/queue', 'GET /api/queue']);
-      assert.ok(connection.lookup.absentRoutes.includes('jobs_list'));
+      assert.ok(connection.dialect.lookup.absentRoutes.includes('jobs_list'));
     });
 
     for (const [what, fault] of [

@@ -1,21 +1,22 @@
 /**
- * Everything one graph-gen-config node holds open, composed from the three parts of src/generation: the REST
- * client's keep-alive pool (transfer/), the shared WebSocket and the jobs awaited over it (jobs/), and what the
- * server is. No Node-RED inside; the config node creates one and closes it.
+ * Everything one graph-gen-config node holds open: the REST client's keep-alive pool (http/), the server's
+ * dialect (dialects/: today's API or Comfy API v2, each with its own way to submit, look up, cancel and hear
+ * jobs' events) and the jobs awaited through it (jobs/job-book.ts). No Node-RED inside; the config node creates
+ * one and closes it.
  */
 import { randomUUID } from 'node:crypto';
 import { Credential, type AuthSettings } from '../http/auth';
-import { HttpClient, mayHaveReachedService } from '../http/client';
+import { HttpClient } from '../http/client';
 import { ServiceError, invalidInput } from '../http/errors';
 import { checkedProxy } from '../http/proxy';
 import type { TransportSettings } from '../http/transport';
-import { CancelRegistry, cancelJobs, type CancelOutcome } from './jobs/cancels';
+import { CancelRegistry, type CancelOutcome } from './jobs/cancels';
 import { JobBook, type JobTimings } from './jobs/job-book';
-import { JobLookup, type QueueRead } from './jobs/job-lookup';
+import type { QueueRead } from './jobs/job-lookup';
 import { RecentMap } from './jobs/recent-map';
-import { ServerKnowledge } from './jobs/server-profile';
-import { SocketManager } from './jobs/socket-manager';
-import { GenerationRestClient, type SubmitResult } from './transfer/rest-client';
+import { createDialect } from './dialects';
+import type { DialectName, JobEventSource, NodeDefinitionSource, ServerDialect } from './dialects/dialect';
+import type { SubmitResult } from './transfer/rest-client';
 import type { Workflow } from './workflows/workflow';
 
 export type { CancelOutcome } from './jobs/cancels';
@@ -23,6 +24,8 @@ export type { CancelOutcome } from './jobs/cancels';
 export interface GenerationSettings {
   /** e.g. https://gen.example.com; REST paths /api/... are appended. */
   baseUrl: string;
+  /** How the server is spoken to: today's API (`comfyui`, the default) or Comfy API v2. */
+  dialect?: DialectName;
   /** Sent as X-API-Key and as the socket's token; undefined = a self-hosted server. Used when `auth` is absent. */
   apiKey?: string;
   /**
@@ -68,13 +71,6 @@ export const GENERATION_LIMITS: GenerationLimits = {
 
 export const DEFAULT_PARTNER_KEY_FIELD = 'api_key_service_org';
 
-/**
- * A submit whose answer was lost is asked about after these waits (a server may still be handling it), each ask
- * bounded in time; it is sent again only once two asks said the server does not have it.
- */
-const LOST_ANSWER_WAITS_MS = [1_000, 2_000, 2_000];
-const LOST_ANSWER_ASK_MS = 3_000;
-
 /** The base address as typed, checked: an http(s) address, or a refusal that says how to write it. */
 export function checkedBaseUrl(raw: string): string {
   const text = raw.trim();
@@ -92,30 +88,12 @@ export function checkedBaseUrl(raw: string): string {
   return text;
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
-}
-
 export class GenerationConnection {
   /** Sent as the socket's clientId and as client_id on submit: self-hosted servers route events by it. */
   readonly clientId: string;
   readonly http: HttpClient;
-  /** The spec's REST calls (upload, submit, download, queue) on `http`. */
-  readonly rest: GenerationRestClient;
-  /** Job status, outputs and errors over REST, on the routes this server has. */
-  readonly lookup: JobLookup;
-  /** What the server is (its version), read once. */
-  readonly server: ServerKnowledge;
+  /** How this server is spoken to: every request about jobs and files goes through it. */
+  readonly dialect: ServerDialect;
   /** Every cancel sent through this connection, for the jobs' lives. */
   readonly cancels = new CancelRegistry();
   /** The jobs awaited through this connection, one life each. */
@@ -125,7 +103,6 @@ export class GenerationConnection {
   readonly credential: Credential;
   /** Jobs this connection submitted (their events come to its socket). */
   private readonly submitted = new RecentMap<string, true>(4096);
-  private socketManager?: SocketManager;
 
   /**
    * Refuses (invalid_input) a base address that is not http(s), authentication settings that cannot be sent,
@@ -146,75 +123,37 @@ export class GenerationConnection {
       secrets: [settings.apiKey, settings.partnerKey],
       serviceName: 'the generation service',
     });
-    this.rest = new GenerationRestClient(this.http, settings.partnerKeyField, this.limits.listBytes);
-    this.lookup = new JobLookup(this.http, {
+    this.dialect = createDialect(settings.dialect ?? 'comfyui', {
+      http: this.http,
+      credential: this.credential,
+      baseUrl: settings.baseUrl,
+      clientId: this.clientId,
+      partnerKeyField: settings.partnerKeyField,
       listBytes: this.limits.listBytes,
+      keptEventBytes: this.limits.keptEventBytes,
       listRetryMs: settings.jobTimings?.listRetryMs,
+      reportedRunning: (promptId) => this.jobs.lifeOf(promptId)?.state === 'running',
+      submitting: (promptId) => this.submitted.set(promptId, true),
+      askNow: (promptId) => this.jobs.checkNow(promptId),
     });
-    this.server = new ServerKnowledge(this.http);
     this.jobs = new JobBook(
       {
-        lookup: this.lookup,
+        lookup: this.dialect.lookup,
         cancels: this.cancels,
         sockets: () => this.sockets(),
         log: (level, message) => this.sockets().log(level, message),
       },
-      settings.jobTimings,
+      { ...this.dialect.jobTimings, ...settings.jobTimings },
     );
   }
 
-  /**
-   * Submits a workflow under a job id of our own (a lower-case UUID: ComfyUI 0.25 and later require that form,
-   * older ones take it). A submit whose answer was lost on the way (the connection broke after the body went)
-   * is not lost nor run twice: the server is asked for the job by its id, and it is sent again only once the
-   * server says it does not have it.
-   */
+  /** Submits a workflow (the dialect settles a submit whose answer was lost: never run twice, never lost). */
   async submit(
     prompt: Workflow,
     extraData?: Record<string, unknown>,
     signal?: AbortSignal,
   ): Promise<SubmitResult> {
-    const promptId = randomUUID();
-    this.submitted.set(promptId, true);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const result = await this.rest.submit(prompt, this.clientId, extraData, signal, promptId);
-        if (result.prompt_id !== promptId) this.submitted.set(result.prompt_id, true);
-        return result;
-      } catch (error) {
-        // Only a request that may have reached the server: one that never left is not there.
-        if (
-          signal?.aborted ||
-          !(error instanceof ServiceError) ||
-          !mayHaveReachedService(error) ||
-          attempt > 0
-        )
-          throw error;
-        if (await this.hasJob(promptId, error, signal)) return { prompt_id: promptId };
-      }
-    }
-  }
-
-  /**
-   * After a submit whose answer was lost: whether the server has the job. A moment is left for a server still
-   * handling it, and the answer must be read: a job is sent again only when the server says it has none.
-   */
-  private async hasJob(promptId: string, lost: ServiceError, signal?: AbortSignal): Promise<boolean> {
-    let unknown = 0;
-    for (const wait of LOST_ANSWER_WAITS_MS) {
-      await sleep(wait, signal);
-      const bounded = AbortSignal.any([AbortSignal.timeout(LOST_ANSWER_ASK_MS), ...(signal ? [signal] : [])]);
-      const answer = await this.lookup.status(promptId, bounded).catch((error: unknown) => {
-        if (signal?.aborted) throw error;
-        return undefined;
-      });
-      if (answer?.kind === 'phase') return true;
-      if (answer?.kind === 'unknown' && ++unknown === 2) return false;
-    }
-    throw new ServiceError(
-      'network',
-      `${lost.message}; the server could not tell whether it has job ${promptId}, so it was not sent again: check the queue before you submit it again`,
-    );
+    return this.dialect.submit(prompt, extraData, signal);
   }
 
   /** Whether this connection submitted the job. */
@@ -222,21 +161,9 @@ export class GenerationConnection {
     return this.submitted.has(promptId);
   }
 
-  /** Cancels jobs wherever they are, on the routes the server has (jobs/cancels.ts); every await hears of it. */
+  /** Cancels jobs wherever they are, on the dialect's routes; every await hears of it. */
   async cancel(promptIds: string[], signal?: AbortSignal): Promise<CancelOutcome> {
-    const outcome = await cancelJobs(
-      promptIds,
-      {
-        http: this.http,
-        lookup: this.lookup,
-        rest: this.rest,
-        cancelRoute: () => this.server.hasCancelRoute(signal),
-        cancelRouteMissing: () => this.server.noCancelRoute(),
-        targetedInterruptSafe: () => this.server.targetedInterrupts(signal),
-        reportedRunning: (promptId) => this.jobs.lifeOf(promptId)?.state === 'running',
-      },
-      signal,
-    );
+    const outcome = await this.dialect.cancel(promptIds, signal);
     this.cancels.note(outcome.removed, 'removed');
     this.cancels.note(outcome.interrupted, 'interrupted');
     this.cancels.note(outcome.unconfirmed, 'unconfirmed');
@@ -249,35 +176,35 @@ export class GenerationConnection {
    * answer does not say whether it ran (a waiting job is left as it is), so its awaits ask the server.
    */
   async interrupt(promptId?: string, signal?: AbortSignal): Promise<unknown> {
-    const body = await this.rest.interrupt(promptId, signal);
+    const body = await this.dialect.interrupt(promptId, signal);
     if (promptId) this.cancels.note([promptId], 'unconfirmed');
     return body;
   }
 
-  /** The jobs waiting and running (JobLookup.queue): unreadable is never an empty queue. */
+  /** The jobs waiting and running (one read for all): unreadable is never an empty queue. */
   queue(signal?: AbortSignal): Promise<QueueRead> {
-    return this.lookup.queue(signal);
+    return this.dialect.lookup.queue(signal);
   }
 
-  /** The shared socket manager, created on first use. */
-  sockets(): SocketManager {
-    const base = this.http.url('/');
-    this.socketManager ??= new SocketManager({
-      baseUrl: this.settings.baseUrl,
-      token: this.credential.socketToken,
-      headers: this.credential.headers,
-      connectOptions: () => this.http.transport.socketOptions(base),
-      credentialName: this.credential.name ?? 'a connection without credentials',
-      // The HttpClient's: the credential's, the partner key, the proxy's password, the client key's passphrase.
-      secrets: this.http.secretsForReports(),
-      clientId: this.clientId,
-      limits: { keptBytes: this.limits.keptEventBytes },
-    });
-    return this.socketManager;
+  /**
+   * The server's node definitions, or a refusal in a sentence where its dialect offers none (Comfy API v2): a
+   * UI-format workflow cannot be converted there, nor a workflow checked before it is sent.
+   */
+  definitions(): NodeDefinitionSource {
+    if (this.dialect.definitions) return this.dialect.definitions;
+    throw new ServiceError(
+      'invalid_input',
+      'this server speaks Comfy API v2, which offers no node definitions: give the workflow in API format (in ComfyUI: Workflow, Export (API)), and leave "check the workflow" off',
+    );
+  }
+
+  /** Where jobs' events come from (the shared socket, or v2's event streams), created on first use. */
+  sockets(): JobEventSource {
+    return this.dialect.events();
   }
 
   async close(): Promise<void> {
     this.jobs.close();
-    await Promise.all([this.socketManager?.close(), this.http.close()]);
+    await Promise.all([this.dialect.close(), this.http.close()]);
   }
 }

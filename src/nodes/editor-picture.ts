@@ -127,7 +127,7 @@ export function editorPicture(RED: NodeAPI, node: Node, enabled: boolean): Edito
       if (!file) return;
       show(async (signal) => {
         try {
-          return (await downloadToBuffer(connection.rest, file, MAX_SOURCE_BYTES, signal)).payload;
+          return (await downloadToBuffer(connection.dialect, file, MAX_SOURCE_BYTES, signal)).payload;
         } catch (error) {
           // downloadToBuffer refuses a file past its limit as invalid input; anything else is the service's.
           if (asServiceError(error).code === 'invalid_input' && !signal.aborted)

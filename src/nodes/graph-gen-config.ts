@@ -33,10 +33,13 @@ import {
   type ConnectionTestTarget,
   type Texts,
 } from './node-helpers';
+import type { DialectName } from '../generation/dialects/dialect';
 import { errorText, textOf } from '../boundary/outside';
 
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
+  /** How the server is spoken to; absent (a node saved before the choice): today's API, `comfyui`. */
+  dialect?: DialectName;
   /** How requests prove who sends them; absent (a node saved before the choice): `apiKey`. */
   authType?: AuthScheme;
   /** The header's name of the `header` scheme. */
@@ -56,6 +59,11 @@ interface GraphGenConfigDef extends NodeDef {
 }
 
 const MIB = 1024 * 1024;
+
+/** The dialect a node's settings (or a dialog's request) name; anything else is today's API. */
+function dialectOf(settings: { dialect?: unknown }): DialectName {
+  return settings.dialect === 'comfy-api-v2' ? 'comfy-api-v2' : 'comfyui';
+}
 
 /** A positive number setting, else the default. */
 function positive(value: string | number | undefined, unit: number, fallback: number): number {
@@ -83,10 +91,14 @@ interface GraphGenCredentials {
 }
 
 /** The settings that say how the service is reached, as the node and its dialogs hold them. */
-type AccessSettings = Pick<GraphGenConfigDef, 'authType' | 'authHeader' | 'tokenInQuery' | 'tls' | 'proxy'>;
+type AccessSettings = Pick<
+  GraphGenConfigDef,
+  'dialect' | 'authType' | 'authHeader' | 'tokenInQuery' | 'tls' | 'proxy'
+>;
 
 /** What a node saved before these settings existed has: the API-key scheme, no TLS node, no proxy node. */
 const ACCESS_DEFAULTS: Required<AccessSettings> = {
+  dialect: 'comfyui',
   authType: 'apiKey',
   authHeader: '',
   tokenInQuery: false,
@@ -166,6 +178,7 @@ function graphGenConfig(RED: NodeAPI): void {
       const transport = transportOf(RED, def, texts);
       this.connection = new GenerationConnection({
         baseUrl: (def.baseUrl ?? '').trim(),
+        dialect: dialectOf(def),
         ...authOf(def, credentials),
         partnerKey: credentials.partnerKey || undefined,
         partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
@@ -217,6 +230,7 @@ function graphGenConfig(RED: NodeAPI): void {
       }
       checkConnection({
         baseUrl: (textOf(target.settings.baseUrl) ?? '').trim(),
+        dialect: dialectOf(target.settings),
         ...authOf(target.settings, target.credentials),
         transport,
       }).then(

@@ -77,7 +77,7 @@ export = function (RED: NodeAPI) {
       const references = referencesOf(msg.payload);
       if (references.length === 0) throw invalidInput(texts('errors.no-file'));
       const directory = mode === 'file' ? await directoryFor(msg) : undefined;
-      const rest = connection.rest;
+      const rest = connection.dialect;
       for (const [index, ref] of references.entries()) {
         status(
           statusWaiting(

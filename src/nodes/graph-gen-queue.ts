@@ -64,7 +64,7 @@ export = function (RED: NodeAPI) {
         throw invalidInput(texts('errors.bad-action', { action: shownValue(action) }));
       }
       if (action === 'list') {
-        const queue = await connection.rest.queue(signal);
+        const queue = await connection.dialect.queueState(signal);
         msg.payload = queue;
         msg.running = promptIdsOf(queue.queue_running);
         msg.pending = promptIdsOf(queue.queue_pending);

@@ -113,7 +113,7 @@ export = function (RED: NodeAPI) {
       status(statusWaiting(texts('status.converting')));
       let definitions: Record<string, NodeTypeDefinition>;
       try {
-        definitions = await connection.rest.definitionsFor(uiClassTypes(raw), signal);
+        definitions = await connection.definitions().definitionsFor(uiClassTypes(raw), signal);
       } catch (error) {
         if (signal.aborted) throw error;
         const cause = asServiceError(error);
@@ -162,7 +162,7 @@ export = function (RED: NodeAPI) {
         status(statusWaiting(texts('status.checking')));
         let definitions: Record<string, NodeTypeDefinition> | undefined;
         try {
-          definitions = await connection.rest.definitionsFor(classTypesOf(prompt), signal);
+          definitions = await connection.definitions().definitionsFor(classTypesOf(prompt), signal);
         } catch (error) {
           // Asked for to find partner nodes and seeds: without them the workflow goes as an ordinary one,
           // its seeds told by their names.

@@ -121,7 +121,7 @@ export = function (RED: NodeAPI) {
       });
       try {
         status(statusWaiting(texts(mask ? 'status.uploading-mask' : 'status.uploading')));
-        const result = await connection.rest.upload({
+        const result = await connection.dialect.upload({
           source: source.source,
           filename: source.name,
           type,

@@ -37,8 +37,8 @@ describe(`real ComfyUI: a job's life`, function () {
   it('reads what the server is from /api/system_stats, and picks the cancel route by it (0.26 and later)', async () => {
     const connection = new GenerationConnection({ baseUrl: comfy.url, partnerKeyField: 'x' });
     try {
-      assert.equal((await connection.server.profile()).comfyuiVersion, comfy.version);
-      assert.equal(await connection.server.hasCancelRoute(), comfy.atLeast('0.26'));
+      assert.equal((await connection.dialect.server.profile()).comfyuiVersion, comfy.version);
+      assert.equal(await connection.dialect.server.hasCancelRoute(), comfy.atLeast('0.26'));
       // What the route answers where it is missing: the sign a fallback reads.
       const probe = await api(`/api/jobs/${crypto.randomUUID()}/cancel`, { method: 'POST' });
       if (comfy.atLeast('0.26')) assert.deepEqual(probe, { status: 200, body: { cancelled: false } });

@@ -55,7 +55,7 @@ describe('real ComfyUI: queue', function () {
       assert.equal(ids.kind, 'read', JSON.stringify(ids));
       assert.ok(ids.running.has(running), JSON.stringify([...ids.running]));
       assert.ok(ids.pending.has(pending), JSON.stringify([...ids.pending]));
-      assert.equal(connection.lookup.absentRoutes.includes('jobs_list'), false);
+      assert.equal(connection.dialect.lookup.absentRoutes.includes('jobs_list'), false);
     } finally {
       await connection.close();
     }

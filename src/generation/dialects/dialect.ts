@@ -5,7 +5,10 @@
  * this. Nothing here knows which dialect it talks to, so no `if (v2)` lives outside a dialect's own folder.
  * No Node-RED inside.
  */
+import type { Credential } from '../../http/auth';
+import type { HttpClient } from '../../http/client';
 import type { CancelOutcome } from '../jobs/cancels';
+import type { JobTimings } from '../jobs/job-book';
 import type { EndedAnswer, LookupAnswer, QueueRead } from '../jobs/job-lookup';
 import type {
   ConnectionState,
@@ -66,10 +69,18 @@ export interface JobEventSource {
   close(): Promise<void>;
 }
 
+/** Where node definitions come from (transfer/rest-client.ts's cache on today's API). */
+export interface NodeDefinitionSource {
+  nodeDefinitions(refresh?: boolean | { olderThanMs: number }): Promise<Record<string, NodeTypeDefinition>>;
+  definitionsFor(classTypes: string[], signal?: AbortSignal): Promise<Record<string, NodeTypeDefinition>>;
+}
+
 /** One server's dialect: every request a config node makes of a generation server goes through one. */
 export interface ServerDialect {
   readonly name: DialectName;
   readonly lookup: JobLookupPort;
+  /** How often the book asks about jobs, where the dialect needs other than the book's defaults. */
+  readonly jobTimings?: Partial<JobTimings>;
   /** The events source, created on first use. */
   events(): JobEventSource;
   /**
@@ -90,7 +101,28 @@ export interface ServerDialect {
   upload(request: UploadRequest): Promise<UploadResult>;
   /** Opens an output file for streaming (`ref` as a result's `files` name it). */
   openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
-  /** The server's node definitions; undefined where the dialect offers none (v2). */
-  nodeDefinitions?(fresh?: boolean, signal?: AbortSignal): Promise<Record<string, NodeTypeDefinition>>;
+  /** The server's node definitions (`/api/object_info`, cached); undefined where the dialect offers none (v2). */
+  readonly definitions?: NodeDefinitionSource;
   close(): Promise<void>;
+}
+
+/** What a connection gives its dialect. */
+export interface DialectParts {
+  http: HttpClient;
+  credential: Credential;
+  baseUrl: string;
+  /** The socket's id and submits' client_id (a config node keeps its own across restarts). */
+  clientId: string;
+  partnerKeyField: string;
+  /** The largest list answer read. */
+  listBytes: number;
+  /** Events kept for jobs nobody awaits yet, all together. */
+  keptEventBytes: number;
+  listRetryMs?: number;
+  /** Whether an await saw the job run (for a cancel on servers whose interrupt is not targeted). */
+  reportedRunning(promptId: string): boolean;
+  /** A job is about to be submitted under this id (its events may come before the answer). */
+  submitting(promptId: string): void;
+  /** Ask the server about this job now (an event said it ended, or its events stopped short). */
+  askNow(promptId: string): void;
 }

@@ -26,10 +26,11 @@ import { setMaxListeners } from 'node:events';
 import { copyJson, errorText } from '../../boundary/outside';
 import type { CancelKind, CancelRegistry } from './cancels';
 import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
-import { phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
+import { phaseInQueue, type LookupAnswer, type QueueRead } from './job-lookup';
 import { Limiter } from './limiter';
 import { RecentMap } from './recent-map';
-import type { ConnectionState, SocketManager } from './socket-manager';
+import type { ConnectionState } from './socket-manager';
+import type { JobEventSource, JobLookupPort } from '../dialects/dialect';
 
 export interface JobTimings {
   /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
@@ -64,9 +65,9 @@ export interface JobAwait {
 
 /** What the book needs of a config node's connection. */
 export interface BookConnection {
-  readonly lookup: Pick<JobLookup, 'status' | 'queue' | 'ended' | 'runTimeMs'>;
+  readonly lookup: JobLookupPort;
   readonly cancels: Pick<CancelRegistry, 'kindOf' | 'listen' | 'isCancelled'>;
-  sockets(): SocketManager;
+  sockets(): JobEventSource;
   log?(level: 'debug' | 'warn', message: string): void;
 }
 
@@ -233,6 +234,12 @@ export class JobBook implements LifeHost {
     watch.awaits.splice(index, 1);
     if (watch.awaits.length === 0) this.release(watch.life, false);
     else watch.life.wantsProgress = watch.awaits.some((other) => other.wantsProgress);
+  }
+
+  /** Asks the server about a job now (its event stream said it ended, or stopped short). */
+  checkNow(promptId: string): void {
+    const watch = this.watches.get(promptId);
+    if (watch) this.check(watch.life, 0);
   }
 
   /** Every job of one await's, for the tracker's summary in constant time. */

@@ -279,7 +279,7 @@ export class JobEvents {
 
   /** The cloud: the jobs waiting and running (for `queued`, and for jobs whose start the socket missed). */
   private async lookAtQueue(signal: AbortSignal): Promise<LookOutcome> {
-    const active = await this.connection.lookup.queue(signal);
+    const active = await this.connection.dialect.lookup.queue(signal);
     if (active.kind !== 'read') return { kind: 'failed', trouble: active };
     const seen = new Map<string, { phase: SeenPhase; ran: boolean }>();
     for (const id of active.pending) seen.set(id, { phase: 'pending', ran: false });

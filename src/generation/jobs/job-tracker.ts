@@ -6,7 +6,8 @@
  */
 import type { JobAwait, JobBook } from './job-book';
 import type { JobLife, JobProgress, JobResult, LifeState } from './job-life';
-import type { ConnectionState, SocketManager, SocketUser } from './socket-manager';
+import type { ConnectionState, SocketUser } from './socket-manager';
+import type { JobEventSource } from '../dialects/dialect';
 import { errorText } from '../../boundary/outside';
 
 export type { JobEndStatus, JobProgress, JobResult } from './job-life';
@@ -14,7 +15,7 @@ export type { JobEndStatus, JobProgress, JobResult } from './job-life';
 /** What a tracker uses of a config node's connection. */
 export interface JobConnection {
   readonly jobs: JobBook;
-  sockets(): SocketManager;
+  sockets(): JobEventSource;
   cancel(promptIds: string[], signal?: AbortSignal): Promise<unknown>;
 }
 

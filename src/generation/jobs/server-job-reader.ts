@@ -97,7 +97,7 @@ export class ServerJobReader {
 
   async look(signal: AbortSignal): Promise<LookOutcome> {
     const memory = this.teller.memory;
-    const active = await this.connection.lookup.queue(signal);
+    const active = await this.connection.dialect.lookup.queue(signal);
     if (active.kind !== 'read') return { kind: 'failed', trouble: active };
     this.noteDropped(active.dropped, 'the queue');
     let listed: ListedJob[] = [];
@@ -164,7 +164,7 @@ export class ServerJobReader {
   ): Promise<LookupAnswer> {
     try {
       return await this.limiter.run(() =>
-        this.connection.lookup.status(id, signal, () => Promise.resolve(active)),
+        this.connection.dialect.lookup.status(id, signal, () => Promise.resolve(active)),
       );
     } catch (error) {
       if (signal.aborted) throw error;

@@ -9,7 +9,12 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { errorText, textOf } from '../../boundary/outside';
 import { ServiceError, invalidInput } from '../../http/errors';
-import type { FileReference, GenerationRestClient, OpenFile } from './rest-client';
+import type { FileReference, OpenFile } from './rest-client';
+
+/** What opens a job's output file for reading: the connection's dialect. */
+export interface FileSource {
+  openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
+}
 import { MIB, sizeText } from './size-text';
 
 function isReference(value: unknown): value is FileReference {
@@ -95,7 +100,7 @@ function tooLargeForBuffer(ref: FileReference, maxBytes: number, size?: number):
  * twice it; without one (or with a wrong one) the chunks are joined at the end.
  */
 export async function downloadToBuffer(
-  rest: GenerationRestClient,
+  rest: FileSource,
   ref: FileReference,
   maxBytes: number,
   signal?: AbortSignal,
@@ -279,7 +284,7 @@ async function place(
  * was and no partial file; two downloads of one name never interleave.
  */
 export async function downloadToDirectory(
-  rest: GenerationRestClient,
+  rest: FileSource,
   ref: FileReference,
   directory: string,
   overwrite: boolean,

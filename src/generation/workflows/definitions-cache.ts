@@ -90,7 +90,7 @@ export async function connectionDefinitions(
   let timer: NodeJS.Timeout | undefined;
   try {
     return await Promise.race([
-      connection.rest.nodeDefinitions({
+      connection.definitions().nodeDefinitions({
         olderThanMs: refresh ? DIALOG_DEFINITIONS.refreshLimitMs : DIALOG_DEFINITIONS.maxAgeMs,
       }),
       // The connection's own timeouts and retries are for flows; the dialog stops waiting sooner (the read
