@@ -52,6 +52,7 @@ describe('job lifecycle on a self-hosted server', () => {
   describe('status routes', () => {
     it('a route answering a text/plain 404 is absent, remembered: later checks cost one request', async () => {
       const { sandbox, connection } = await setUp();
+      sandbox.generation.options.jobsEndpoint = false;
       const job = sandbox.jobs.submit(workflow(), 'someone-else');
       await until(() => job.state === 'completed', 'the job to end');
       sandbox.counters.reset();
@@ -60,11 +61,25 @@ describe('job lifecycle on a self-hosted server', () => {
       assert.deepEqual(fileNames(first.outputs), fileNames(job.outputs));
       assert.deepEqual(
         sandbox.counters.requests.map((seen) => seen.path),
-        [`/api/job/${job.id}/status`, `/api/jobs/${job.id}`],
+        [`/api/jobs/${job.id}`, `/api/job/${job.id}/status`, `/api/history/${job.id}`],
       );
-      assert.deepEqual(connection.dialect.lookup.absentRoutes, ['status']);
+      assert.deepEqual(connection.dialect.lookup.absentRoutes.sort(), ['jobs', 'status']);
       sandbox.counters.reset();
       assert.equal((await connection.dialect.lookup.status(job.id)).phase, 'completed');
+      assert.deepEqual(
+        sandbox.counters.requests.map((seen) => seen.path),
+        [`/api/history/${job.id}`],
+      );
+    });
+
+    it('asks /api/jobs/{id} first, not the status route cloud deprecates: one request answers, outputs and all', async () => {
+      const { sandbox, connection } = await setUp();
+      const job = sandbox.jobs.submit(workflow(), 'someone-else');
+      await until(() => job.state === 'completed', 'the job to end');
+      sandbox.counters.reset();
+      const answer = await connection.dialect.lookup.status(job.id);
+      assert.equal(answer.phase, 'completed');
+      assert.deepEqual(fileNames(answer.outputs), fileNames(job.outputs));
       assert.deepEqual(
         sandbox.counters.requests.map((seen) => seen.path),
         [`/api/jobs/${job.id}`],

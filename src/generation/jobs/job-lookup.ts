@@ -10,7 +10,7 @@
  * |              | the server has no route that could tell                                                |
  *
  * "Could not read" is never "absent": `unknown` needs a definite answer from every route asked, and a queue that
- * was read. Routes: `/api/job/{id}/status` (the spec), `/api/jobs/{id}`, `/api/history_v2/{id}` and
+ * was read. Routes: `/api/jobs/{id}`, `/api/job/{id}/status` (the spec, deprecated on cloud), `/api/history_v2/{id}` and
  * `/api/history/{id}` (self-hosted servers), and the queue (`/api/jobs?status=pending,in_progress` where the
  * server lists its active jobs, else `/api/queue`) to tell a job that waits from one the service has forgotten,
  * and to answer for many jobs at once. One JobLookup per config node remembers the routes its server lacks, so a
@@ -377,32 +377,34 @@ export class JobLookup {
       for (const route of missing) this.absent.add(route);
       return answer;
     };
-    const spec = await this.get('status', `/api/job/${id}/status`, signal);
-    if (spec.kind === 'body' && isRecord(spec.body) && Object.hasOwn(spec.body, 'status')) {
-      const given = spec.body.status;
-      const word = typeof given === 'string' ? textOf(given, MAX_WORD) : undefined;
-      if (word !== undefined) return { kind: 'phase', phase: phaseOfStatus(word), word };
-      // No word: another route may know the job; if none does, this could not be read.
-      trouble = statusNotAWord('/api/job/{id}/status');
-    }
-    if (spec.kind === 'unreadable') {
-      // Every route takes the same key: a refused one speaks for all.
-      if (spec.reason === 'refused') return spec;
-      trouble = spec;
-    }
-    if (spec.kind === 'missing') missing.push('status');
-
+    // `/api/jobs/{id}` first: it carries the outputs too, and cloud deprecates `/api/job/{id}/status` (comfy-cli
+    // moved off it); the spec's route stays for a server that has only it.
     const jobs = await this.get('jobs', `/api/jobs/${id}`, signal);
     if (jobs.kind === 'body' && isRecord(jobs.body) && Object.hasOwn(jobs.body, 'status')) {
       const answer = fromJobsBody(jobs.body);
       if (answer.kind === 'phase') return knew(answer);
-      trouble ??= answer;
+      trouble = answer;
     }
     if (jobs.kind === 'unreadable') {
       if (jobs.reason === 'refused') return jobs;
-      trouble ??= jobs;
+      trouble = jobs;
     }
     if (jobs.kind === 'missing') missing.push('jobs');
+
+    const spec = await this.get('status', `/api/job/${id}/status`, signal);
+    if (spec.kind === 'body' && isRecord(spec.body) && Object.hasOwn(spec.body, 'status')) {
+      const given = spec.body.status;
+      const word = typeof given === 'string' ? textOf(given, MAX_WORD) : undefined;
+      if (word !== undefined) return knew({ kind: 'phase', phase: phaseOfStatus(word), word });
+      // No word: another route may know the job; if none does, this could not be read.
+      trouble ??= statusNotAWord('/api/job/{id}/status');
+    }
+    if (spec.kind === 'unreadable') {
+      // Every route takes the same key: a refused one speaks for all.
+      if (spec.reason === 'refused') return spec;
+      trouble ??= spec;
+    }
+    if (spec.kind === 'missing') missing.push('status');
 
     const history = await this.get('history', `/api/history/${id}`, signal);
     const entry = history.kind === 'body' ? historyEntry(history.body, promptId) : undefined;
