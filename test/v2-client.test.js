@@ -559,6 +559,10 @@ describe('Comfy API v2 REST client', () => {
       const limited = await lookup.status(job.id);
       assert.equal(limited.reason, 'rate_limited');
       assert.equal(limited.retryAfterMs, 0);
+      // An envelope that names a rate limit is one without Retry-After too (not a lapsed subscription).
+      delete headers['retry-after'];
+      answer = [429, envelope('too_many_streams', 'Maximum concurrent event streams reached.')];
+      assert.equal((await lookup.status(job.id)).reason, 'rate_limited');
 
       answer = [200, { id: job.id, status: { toString: 'running' } }];
       const notAWord = await lookup.status(job.id);
@@ -783,6 +787,17 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(second.name, 'cat.png');
       assert.equal(second.created_new, false);
       for (const request of server.requests) assert.equal(request.headers.authorization, `Bearer ${TOKEN}`);
+    });
+
+    it('stores in input/ itself when told no subfolder, and names the file as a workflow input takes it', async () => {
+      const result = await new V2Files(client, { subfolder: '' }).upload({
+        source: Buffer.from('flat'),
+        filename: 'flat.png',
+      });
+      const [post] = server.requestsTo('POST', '/api/v2/assets');
+      assert.equal(multipartParts(post, post.body).file_path.data.toString(), 'input/flat.png');
+      assert.equal(result.name, 'flat.png');
+      assert.equal(result.subfolder, '');
     });
 
     it('refuses a mask, a folder in the name and another type in a sentence, sending nothing', async () => {

@@ -31,7 +31,7 @@ import {
 import { readV2Asset, type V2Asset } from './v2-answers';
 
 export interface V2FilesOptions {
-  /** The folder under `input/` uploads are stored in. */
+  /** The folder under `input/` uploads are stored in ('' for `input/` itself); default `graph-gen`. */
   subfolder?: string;
   /** How many times a download that broke off is resumed. */
   resumes?: number;
@@ -85,7 +85,7 @@ function hasControl(text: string): boolean {
 function checkedName(name: string): string {
   if (name === '.' || name === '..' || /[/\\]/.test(name) || hasControl(name)) {
     throw invalidInput(
-      `the file name ${JSON.stringify(name.slice(0, 200))} is not a plain file name: name the file without folders or control characters (Comfy API v2 stores uploads under input/${DEFAULT_V2_SUBFOLDER}/)`,
+      `the file name ${JSON.stringify(name.slice(0, 200))} is not a plain file name: name the file without folders or control characters (Comfy API v2 uploads are stored in a folder of the config node's choosing under input/)`,
     );
   }
   return name;
@@ -136,7 +136,7 @@ export class V2Files {
 
     const parts: FormPart[] = [
       filePart,
-      { name: 'file_path', value: `input/${this.subfolder}/${name}` },
+      { name: 'file_path', value: this.subfolder ? `input/${this.subfolder}/${name}` : `input/${name}` },
       { name: 'expected_hash', value: hash },
     ];
     const form = multipartBody(parts);
