@@ -889,6 +889,27 @@ describe('Comfy API v2 REST client', () => {
       );
     });
 
+    it('closes the answer of a download destroyed before it was read', async () => {
+      let closed;
+      const answerClosed = new Promise((resolve) => (closed = resolve));
+      server.hook = (req, body, res, url) => {
+        if (!url.pathname.endsWith('/content')) return false;
+        res.once('close', closed);
+        res.writeHead(200, { 'content-type': 'image/png', 'content-length': 10_000_000 });
+        res.write(Buffer.alloc(65_536));
+        return true;
+      };
+      const file = await new V2Files(client).openFile({
+        filename: 'big.png',
+        subfolder: '',
+        type: 'output',
+        asset_id: 'big',
+      });
+      assert.equal(file.contentLength, 10_000_000);
+      file.body.destroy();
+      await answerClosed;
+    });
+
     it('refuses a file that has no asset id (not made by a v2 server), asking nothing', async () => {
       await assert.rejects(
         new V2Files(client).openFile({ filename: 'x.png', subfolder: '', type: 'output' }),

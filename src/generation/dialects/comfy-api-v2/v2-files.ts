@@ -250,10 +250,16 @@ export class V2Files {
     const first = await this.http.stream(address, { signal, action: `downloading ${named}` });
     const length = byteCount(header(first, 'content-length'));
     const contentType = header(first, 'content-type');
+    const body = Readable.from(this.resumed(address, first.body, length, named, signal), {
+      objectMode: false,
+    });
+    // Destroyed before a byte was read (a file larger than the caller takes), the generator never ran: the
+    // first answer is closed here, or its connection would stay taken.
+    body.once('close', () => first.body.destroy());
     return {
       contentType: contentType === undefined ? undefined : this.http.removeSecrets(contentType),
       contentLength: length,
-      body: Readable.from(this.resumed(address, first.body, length, named, signal), { objectMode: false }),
+      body,
     };
   }
 
