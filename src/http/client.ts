@@ -121,7 +121,8 @@ const maybeSent = new WeakSet<object>();
 
 /**
  * Whether a failed request may have reached the service: its connection broke after the request left, so the
- * service may have acted on it (a submit whose answer was lost). False for one that never left.
+ * service may have acted on it (a submit whose answer was lost); or a proxy took it and answered that it could
+ * not reach the server behind it (a v2 proxy's 503 `upstream_unreachable`). False for one that never left.
  */
 export function mayHaveReachedService(error: unknown): boolean {
   return typeof error === 'object' && error !== null && maybeSent.has(error);
@@ -448,7 +449,8 @@ export class HttpClient {
         }
         if (error instanceof ServiceError && idempotent) {
           const retryAfter = (error as RetryableServiceError).retryAfterMs;
-          if (error.code === 'server_error' || error.code === 'rate_limited')
+          // `network` from an answer: a proxy that could not reach the server behind it (errors.ts).
+          if (error.code === 'server_error' || error.code === 'rate_limited' || error.code === 'network')
             return { retry: true, afterMs: retryAfter };
         }
         return { retry: false };
@@ -540,7 +542,7 @@ export class HttpClient {
   private async httpError(response: Dispatcher.ResponseData, options: RequestOptions): Promise<ServiceError> {
     const body = await this.errorBody(response.body);
     const retryAfterMs = parseRetryAfter(response.headers['retry-after']);
-    const code = codeForStatus(response.statusCode, retryAfterMs !== undefined);
+    const code = codeForStatus(response.statusCode, retryAfterMs !== undefined, body);
     const detail = messageFromBody(body);
     const message = `${this.sentenceFor(code, response.statusCode, this.what(options))}${detail ? ` (the service said: ${detail})` : ''}`;
     const error = new ServiceError(code, this.cleanForReport(message), {
@@ -548,6 +550,8 @@ export class HttpClient {
       body,
     }) as RetryableServiceError;
     error.retryAfterMs = retryAfterMs;
+    // A proxy that took the request but could not reach the server behind it: the server may have it.
+    if (code === 'network') maybeSent.add(error);
     return error;
   }
 
@@ -565,6 +569,8 @@ export class HttpClient {
         return `${service} is limiting the rate of requests (${action}): send fewer requests or wait`;
       case 'server_error':
         return `${service} failed with HTTP ${status} while ${action}: try again later`;
+      case 'network':
+        return `${service} could not reach the server behind it (HTTP ${status}) while ${action}: check that the server is running, then try again`;
       default:
         return `${service} refused ${action} with HTTP ${status}: check the message's input`;
     }

@@ -69,11 +69,37 @@ export function invalidInput(message: string): ServiceError {
   return new ServiceError('invalid_input', message);
 }
 
-/** Maps an HTTP status to the contract's code. A 429 with Retry-After is a rate limit, not a lapsed plan. */
-export function codeForStatus(status: number, hasRetryAfter = false): ErrorCode {
+/** Characters of an envelope's code word kept (the words are short: `upstream_unreachable`). */
+const MAX_CODE_WORD = 100;
+
+/**
+ * The code word of an error envelope `{"error": {"code": "...", "message", "details"}}` (Comfy API v2 answers
+ * every error so); undefined for any other body. Own properties and text only.
+ */
+export function envelopeCode(body: unknown): string | undefined {
+  const error = isRecord(body) ? ownValue(body, 'error') : undefined;
+  const code = isRecord(error) ? ownValue(error, 'code') : undefined;
+  return typeof code === 'string' && code.length <= MAX_CODE_WORD ? code : undefined;
+}
+
+/** Envelope codes of a 429 that is a rate limit, with or without Retry-After (never a lapsed plan). */
+const RATE_LIMIT_CODES = new Set(['rate_limited', 'too_many_streams', 'too_many_requests']);
+
+/**
+ * Maps an HTTP status (and its body, where it says more) to the contract's code. A 429 with Retry-After, or
+ * whose envelope says it is one, is a rate limit, not a lapsed plan. A 503 whose envelope says
+ * `upstream_unreachable` (a Comfy API v2 proxy that cannot reach the ComfyUI behind it) is a network failure:
+ * not the request's fault, retried where that is safe, and for a POST its outcome is unknown (the proxy may
+ * have passed it on before the link broke).
+ */
+export function codeForStatus(status: number, hasRetryAfter = false, body?: unknown): ErrorCode {
   if (status === 401 || status === 403) return 'unauthorized';
   if (status === 402) return 'insufficient_credits';
-  if (status === 429) return hasRetryAfter ? 'rate_limited' : 'subscription_inactive';
+  if (status === 429)
+    return hasRetryAfter || RATE_LIMIT_CODES.has(envelopeCode(body) ?? '')
+      ? 'rate_limited'
+      : 'subscription_inactive';
+  if (status === 503 && envelopeCode(body) === 'upstream_unreachable') return 'network';
   if (status >= 500) return 'server_error';
   return 'invalid_request';
 }

@@ -6,6 +6,7 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
+import type { Readable } from 'node:stream';
 import type { HttpClient, RawResponse } from '../../http/client';
 import { addressRefusal, resolvesLocal } from '../../http/address-policy';
 import { ServiceError, invalidInput, messageFromBody } from '../../http/errors';
@@ -52,11 +53,14 @@ export interface QueueState {
   [field: string]: unknown;
 }
 
-/** An open download: the caller must consume or dump `body`. */
+/**
+ * An open download: the caller must consume or destroy `body`. A plain stream, so a dialect may hand on one
+ * made of several answers (Comfy API v2 resumes a download that broke off with a Range request).
+ */
 export interface OpenFile {
   contentType?: string;
   contentLength?: number;
-  body: RawResponse['body'];
+  body: Readable;
 }
 
 const REDIRECTS = [301, 302, 303, 307, 308];
@@ -86,7 +90,8 @@ const IMAGE_TYPES: Record<string, string> = {
   '.gif': 'image/gif',
 };
 
-function imageType(filename: string): string {
+/** The content type of an image file by its name's extension; application/octet-stream for any other. */
+export function imageType(filename: string): string {
   return IMAGE_TYPES[path.extname(filename).toLowerCase()] ?? 'application/octet-stream';
 }
 
