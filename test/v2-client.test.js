@@ -764,16 +764,18 @@ describe('Comfy API v2 REST client', () => {
       assert.deepEqual(parts.file.data, bytes);
       assert.equal(parts.file.filename, 'cat.png');
       assert.equal(parts.file.contentType, 'image/png');
-      assert.equal(parts.file_path.data.toString(), 'input/graph-gen/cat.png');
       const hash = `blake3:${await blake3Hex(bytes)}`;
+      // In a folder named by the hash: a name taken by other bytes would make ComfyUI store these under another.
+      const place = `graph-gen/${hash.slice(7, 23)}/cat.png`;
+      assert.equal(parts.file_path.data.toString(), `input/${place}`);
       assert.equal(parts.expected_hash.data.toString(), hash);
       assert.deepEqual(first, {
-        name: 'cat.png',
-        subfolder: 'graph-gen',
+        name: place,
+        subfolder: '',
         type: 'input',
         asset_id: first.asset_id,
         hash,
-        file_path: 'input/graph-gen/cat.png',
+        file_path: `input/${place}`,
         created_new: true,
       });
       assert.match(first.asset_id, UUID);
@@ -784,19 +786,20 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(server.requestsTo('HEAD', `/api/v2/assets/by-hash/${hash}`).length, 2);
       assert.equal(JSON.parse(server.requestsTo('POST', '/api/v2/assets/from-hash')[0].body).hash, hash);
       assert.equal(second.asset_id, first.asset_id);
-      assert.equal(second.name, 'cat.png');
+      assert.equal(second.name, place);
       assert.equal(second.created_new, false);
       for (const request of server.requests) assert.equal(request.headers.authorization, `Bearer ${TOKEN}`);
     });
 
-    it('stores in input/ itself when told no subfolder, and names the file as a workflow input takes it', async () => {
+    it('stores in input/<hash> itself when told no subfolder, and names the file as a workflow input takes it', async () => {
       const result = await new V2Files(client, { subfolder: '' }).upload({
         source: Buffer.from('flat'),
         filename: 'flat.png',
       });
+      const folder = (await blake3Hex(Buffer.from('flat'))).slice(0, 16);
       const [post] = server.requestsTo('POST', '/api/v2/assets');
-      assert.equal(multipartParts(post, post.body).file_path.data.toString(), 'input/flat.png');
-      assert.equal(result.name, 'flat.png');
+      assert.equal(multipartParts(post, post.body).file_path.data.toString(), `input/${folder}/flat.png`);
+      assert.equal(result.name, `${folder}/flat.png`);
       assert.equal(result.subfolder, '');
     });
 

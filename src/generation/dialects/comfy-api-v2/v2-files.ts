@@ -4,9 +4,10 @@
  * An upload is hashed first (BLAKE3, the file streamed, never read whole): when the server already has those
  * bytes (`HEAD /api/v2/assets/by-hash/blake3:<hex>`), their record is asked for (`POST /assets/from-hash`) and
  * no byte is sent; else the file goes as multipart (`POST /api/v2/assets`, `file_path` =
- * `input/<subfolder>/<name>`, `expected_hash` so bytes changed on the way are refused). The result is shaped
- * like today's upload result (`name`, `subfolder`, `type: input`) from where the server keeps the bytes (a
- * server that had them keeps them under the first name they were uploaded with), plus `asset_id` and `hash`.
+ * `input/graph-gen/<hash>/<name>`, `expected_hash` so bytes changed on the way are refused). The result is
+ * shaped like today's upload result (`name` = the path under `input/` a workflow names, `type: input`) from
+ * where the server keeps the bytes (a server that had them keeps them under the first name they were uploaded
+ * with), plus `asset_id` and `hash`.
  * v2 has no mask route: a mask upload is refused in a sentence.
  *
  * A download (`GET /api/v2/assets/{id}/content`, with the token: the same host) is streamed; when the transfer
@@ -91,13 +92,13 @@ function checkedName(name: string): string {
   return name;
 }
 
-/** Where a server keeps an input: `input/<subfolder>/<name>` (or a bare name) as a name and a subfolder. */
-function placeOf(filePath: string): { name: string; subfolder: string } {
-  const inner = filePath.startsWith('input/') ? filePath.slice('input/'.length) : filePath;
-  const cut = inner.lastIndexOf('/');
-  return cut < 0
-    ? { name: inner, subfolder: '' }
-    : { name: inner.slice(cut + 1), subfolder: inner.slice(0, cut) };
+/**
+ * The name a workflow gives LoadImage for an input the server keeps at `input/<path>`: the path under `input/`,
+ * folders and all (ComfyUI lists inputs in subfolders as `folder/name`), so `msg.payload.name` goes into a
+ * workflow input as it does on today's API.
+ */
+function workflowNameOf(filePath: string): string {
+  return filePath.startsWith('input/') ? filePath.slice('input/'.length) : filePath;
 }
 
 export class V2Files {
@@ -136,7 +137,7 @@ export class V2Files {
 
     const parts: FormPart[] = [
       filePart,
-      { name: 'file_path', value: this.subfolder ? `input/${this.subfolder}/${name}` : `input/${name}` },
+      { name: 'file_path', value: `input/${this.placeOf(hash, name)}` },
       { name: 'expected_hash', value: hash },
     ];
     const form = multipartBody(parts);
@@ -219,12 +220,25 @@ export class V2Files {
     return asset.ok ? asset.value : undefined;
   }
 
-  /** The upload result as today's (`name`, `subfolder`, `type`), from where the server keeps the bytes. */
+  /**
+   * Where under `input/` new bytes go: a folder named by their hash, so a name is never taken by other bytes.
+   * ComfyUI stores an upload whose name is taken by other bytes under a new name ("x (1).png") while the
+   * proxy's record keeps the name asked for: a workflow would load the old file. Within its hash's folder a
+   * name holds those bytes only.
+   */
+  private placeOf(hash: string, name: string): string {
+    const folder = hash.slice('blake3:'.length, 'blake3:'.length + 16);
+    return this.subfolder ? `${this.subfolder}/${folder}/${name}` : `${folder}/${name}`;
+  }
+
+  /**
+   * The upload result as today's (`name`, `subfolder`, `type`), from where the server keeps the bytes: `name`
+   * is the path under `input/` a workflow names (subfolder empty), as a result of today's API without one.
+   */
   private resultOf(asset: V2Asset, hash: string, name: string): UploadResult {
-    const place = asset.filePath ? placeOf(asset.filePath) : { name, subfolder: this.subfolder };
     const result: UploadResult = {
-      name: place.name || name,
-      subfolder: place.subfolder,
+      name: asset.filePath ? workflowNameOf(asset.filePath) || name : this.placeOf(hash, name),
+      subfolder: '',
       type: 'input',
       asset_id: asset.id,
       hash: asset.hash ?? hash,
