@@ -76,12 +76,6 @@ export type V2StreamEvent =
   /** `log` (reserved, never sent) or an event this package does not know. */
   | { kind: 'other'; type: string };
 
-/** An event whose data could not be read: its type (bounded) and why. */
-export interface UnreadableV2Event {
-  type: string;
-  reason: string;
-}
-
 /**
  * One SSE event of a v2 stream as a typed value, or why it cannot be read. `secrets` are removed from the data
  * when it may hold one (a server that echoes the token). Never throws.
