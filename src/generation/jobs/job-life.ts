@@ -181,6 +181,14 @@ export class JobLife {
     public wantsProgress = false,
   ) {}
 
+  /**
+   * As a listener of the job's events: it needs progress-only events (previews, progress). v2's event source
+   * opens a stream only for a job that does; today's socket reads such frames while any await wants them.
+   */
+  get progress(): boolean {
+    return this.wantsProgress;
+  }
+
   /** Ended, or ending (its outputs or error are being read). */
   get isOver(): boolean {
     return this.state !== 'submitted' && this.state !== 'pending' && this.state !== 'running';

@@ -50,7 +50,11 @@ export class ComfyApiV2Dialect implements ServerDialect {
     extraData?: Record<string, unknown>,
     signal?: AbortSignal,
   ): Promise<SubmitResult> {
-    const result = await this.jobs.submit(workflow, partnerKeyOnly(extraData, this.parts.partnerKeyField), signal);
+    const result = await this.jobs.submit(
+      workflow,
+      partnerKeyOnly(extraData, this.parts.partnerKeyField),
+      signal,
+    );
     this.parts.submitting(result.prompt_id);
     return result;
   }

@@ -33,6 +33,7 @@
  * No `execution_success` / `execution_error` is ever made: a v2 job's end, its outputs and its error always come
  * from REST, so no stream can end a job wrongly. No Node-RED inside.
  */
+import { readV2OutputItem } from './v2-answers';
 import {
   ownValue,
   readJsonText,
@@ -55,8 +56,6 @@ const FINAL_STATUSES = new Set(['succeeded', 'failed', 'canceled', 'expired']);
 /** Bounds on the words of an event. */
 const MAX_WORD = 100;
 const MAX_NODE_ID = 200;
-const MAX_ASSET_ID = 4_000;
-const MAX_NAME = 1_000;
 /** Base64's alphabet, padded or not: anything else is no image. */
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
@@ -100,7 +99,7 @@ export function readV2StreamEvent(
     case 'preview':
       return readPreview(data);
     default: {
-      const item = readOutputItem(data);
+      const item = readV2OutputItem(data);
       return item.ok ? readOk({ kind: 'output', item: item.value }) : item;
     }
   }
@@ -144,27 +143,6 @@ function readPreview(data: Record<string, unknown>): Read<V2StreamEvent> {
   if (nodeId !== undefined && nodeId !== '') event.nodeId = nodeId;
   if (contentType !== undefined) event.contentType = contentType;
   return readOk(event);
-}
-
-/** One `outputs[]` item (also the data of an `output` event): an asset id, its node, name and kind. */
-export function readOutputItem(data: Record<string, unknown>): Read<V2OutputItem> {
-  const id = ownValue(data, 'id');
-  if (typeof id !== 'string' || id === '' || id.length > MAX_ASSET_ID)
-    return unreadable(`an output whose id is no asset id (${shownValue(id)})`);
-  const nodeId = nodeIdOf(ownValue(data, 'node_id'));
-  if (nodeId === undefined || nodeId === '')
-    return unreadable(`an output without its node (${shownValue(ownValue(data, 'node_id'))})`);
-  const name = ownValue(data, 'name');
-  if (typeof name !== 'string' || name === '' || name.length > MAX_NAME)
-    return unreadable(`an output whose name is no file name (${shownValue(name)})`);
-  const kind = ownValue(data, 'type');
-  if (typeof kind !== 'string' || kind === '' || kind.length > MAX_WORD)
-    return unreadable(`an output whose type is no kind (${shownValue(kind)})`);
-  const item: V2OutputItem = { id, node_id: nodeId, name, type: kind };
-  const contentType = ownValue(data, 'content_type');
-  if (typeof contentType === 'string' && contentType !== '' && contentType.length <= MAX_WORD)
-    item.content_type = contentType;
-  return readOk(item);
 }
 
 /** What one v2 event is to a job's life. */
