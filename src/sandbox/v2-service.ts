@@ -19,7 +19,7 @@ import type { GenerationJobs } from './generation-jobs';
 import { validatePrompt, type GenerationService, type NodeDefinition } from './generation-service';
 import type { RequestContext, SandboxServer } from './server';
 import { DEFAULT_MAX_UPLOAD_BYTES, V2Assets, type V2AssetRecord } from './v2-assets';
-import { V2JobBook, type V2JobRecord, type V2Upstream } from './v2-jobs';
+import { V2JobBook, type V2JobRecord, type V2Status, type V2Upstream } from './v2-jobs';
 import { readIdempotencyKey, readListQuery, readSubmitBody, type V2Refusal } from './v2-requests';
 import { V2Streams, type V2StreamCounts } from './v2-streams';
 import {
@@ -220,16 +220,16 @@ export function mountV2Service(
     listScanCap: given.listScanCap ?? 500,
   };
   const jsonLimit = options.maxUploadBytes + (1 << 20);
-  const upstream = {
+  // The parts only read `reachable`; the faults below change it.
+  const upstream: { -readonly [K in keyof V2Upstream]: V2Upstream[K] } = {
     jobs: engine.jobs,
     uploads: engine.generation.uploads,
     url: engine.url,
     reachable: true,
   };
-  const view: V2Upstream = upstream;
-  const assets = new V2Assets(view, options.maxUploadBytes);
-  const book = new V2JobBook(view, assets.outputIds);
-  const streams = new V2Streams(view, book, options);
+  const assets = new V2Assets(upstream, options.maxUploadBytes);
+  const book = new V2JobBook(upstream, assets.outputIds);
+  const streams = new V2Streams(upstream, book, options);
   const counters = new V2Counters(streams.counts);
   let lostAnswers = 0;
 
@@ -297,7 +297,7 @@ export function mountV2Service(
       scanned += 1;
       if (!upstream.reachable) return unreachable(r);
       const job = book.jobJson(record.id, book.statusOf(record.id, r.base), r.base);
-      if (statuses && !statuses.has(job.status as never)) continue;
+      if (statuses && !statuses.has(job.status as V2Status)) continue;
       jobs.push(job);
     }
     // True when the scan cap stopped the walk before `limit` was met.
