@@ -9,18 +9,25 @@
  *   --workflows <n>        [SANDBOX_WORKFLOWS]        automation workflows to seed (default 42)
  *   --generation-key <k>   [SANDBOX_GENERATION_KEY]   key the generation service expects; none = self-hosted
  *   --automation-key <k>   [SANDBOX_AUTOMATION_KEY]   key the automation service expects; none = any
+ *   --dialect <d>          [SANDBOX_DIALECT]          comfyui (default) or comfy-api-v2 (routes under /api/v2)
+ *   --token <t>            [SANDBOX_TOKEN]            comfy-api-v2: bearer token it expects; none = open
  *
  * Prints `graph-gen sandbox listening at <url>` once it listens (parents read the address from that line),
  * and stops on SIGINT/SIGTERM or when the process that started it goes away.
  */
-import { startSandbox } from './index';
+import { startSandbox, type SandboxDialect } from './index';
 
 export interface CliOptions {
   port: number;
   workflows: number;
   generationKey?: string;
   automationKey?: string;
+  /** Present only when asked for (the default speaks today's API). */
+  dialect?: SandboxDialect;
+  token?: string;
 }
+
+const DIALECTS: readonly SandboxDialect[] = ['comfyui', 'comfy-api-v2'];
 
 const FLAGS: Record<string, { env: string; key: keyof CliOptions; arg: string; help: string }> = {
   '--port': {
@@ -46,6 +53,18 @@ const FLAGS: Record<string, { env: string; key: keyof CliOptions; arg: string; h
     key: 'automationKey',
     arg: '<key>',
     help: 'key the automation service expects; none = any key',
+  },
+  '--dialect': {
+    env: 'SANDBOX_DIALECT',
+    key: 'dialect',
+    arg: '<d>',
+    help: 'comfyui (default) or comfy-api-v2 (Comfy API v2, routes under /api/v2)',
+  },
+  '--token': {
+    env: 'SANDBOX_TOKEN',
+    key: 'token',
+    arg: '<token>',
+    help: 'comfy-api-v2: bearer token it expects; none = open',
   },
 };
 
@@ -92,11 +111,15 @@ export function parseCliOptions(argv: string[], env: NodeJS.ProcessEnv): CliOpti
     if (value === undefined) throw new Error(`${flag} needs a value`);
     raw[known.key] = value;
   }
+  if (raw.dialect && !(DIALECTS as readonly string[]).includes(raw.dialect))
+    throw new Error(`--dialect must be one of ${DIALECTS.join(', ')}, not "${raw.dialect}"`);
   return {
     port: wholeNumber('--port', raw.port ?? '0'),
     workflows: wholeNumber('--workflows', raw.workflows ?? '42'),
     generationKey: raw.generationKey || undefined,
     automationKey: raw.automationKey || undefined,
+    ...(raw.dialect ? { dialect: raw.dialect as SandboxDialect } : {}),
+    ...(raw.token ? { token: raw.token } : {}),
   };
 }
 
@@ -110,20 +133,32 @@ async function main(): Promise<void> {
     port: options.port,
     generationApiKey: options.generationKey,
     automation: { apiKey: options.automationKey, workflows: options.workflows },
+    dialect: options.dialect,
+    v2: { token: options.token },
   });
-  if (options.generationKey) {
-    // Its downloads redirect to a storage host on this machine, which Node-RED follows only when trusted.
-    // Written before the line start.js waits for, which then finds it.
+  if (sandbox.upstream) {
+    process.stdout.write(`graph-gen sandbox listening at ${sandbox.url}\n`);
     process.stdout.write(
-      `  storage host: ${sandbox.generation.storageUrl} (start Node-RED with GRAPH_GEN_TRUSTED_ORIGINS=${sandbox.generation.storageUrl} to download from it)\n`,
+      `  generation service: ${sandbox.url}/api/v2 (Comfy API v2, ${options.token ? 'expects the bearer token' : 'no token'})\n` +
+        `  the engine behind it: ${sandbox.upstream.url} (today's API, self-hosted)\n` +
+        `  automation service: ${sandbox.upstream.url}/api/v1/workflows (${options.workflows} workflows, ` +
+        `${options.automationKey ? 'expects a key' : 'any key'})\n`,
+    );
+  } else {
+    if (options.generationKey) {
+      // Its downloads redirect to a storage host on this machine, which Node-RED follows only when trusted.
+      // Written before the line start.js waits for, which then finds it.
+      process.stdout.write(
+        `  storage host: ${sandbox.generation.storageUrl} (start Node-RED with GRAPH_GEN_TRUSTED_ORIGINS=${sandbox.generation.storageUrl} to download from it)\n`,
+      );
+    }
+    process.stdout.write(`graph-gen sandbox listening at ${sandbox.url}\n`);
+    process.stdout.write(
+      `  generation service: ${sandbox.url} (${options.generationKey ? 'expects a key' : 'self-hosted, no key'})\n` +
+        `  automation service: ${sandbox.url}/api/v1/workflows (${options.workflows} workflows, ` +
+        `${options.automationKey ? 'expects a key' : 'any key'})\n`,
     );
   }
-  process.stdout.write(`graph-gen sandbox listening at ${sandbox.url}\n`);
-  process.stdout.write(
-    `  generation service: ${sandbox.url} (${options.generationKey ? 'expects a key' : 'self-hosted, no key'})\n` +
-      `  automation service: ${sandbox.url}/api/v1/workflows (${options.workflows} workflows, ` +
-      `${options.automationKey ? 'expects a key' : 'any key'})\n`,
-  );
 
   let stopping = false;
   const stop = (): void => {

@@ -19,7 +19,13 @@ import { randomUUID } from 'node:crypto';
 import type { WebSocket } from 'ws';
 import { encodePreview, encodePreviewWithMetadata, encodeText } from '../generation/jobs/frames';
 import type { SandboxServer } from './server';
-import { fileKey, type FileRef, type GenerationJobs, type SandboxJob } from './generation-jobs';
+import {
+  fileKey,
+  type EnginePreview,
+  type FileRef,
+  type GenerationJobs,
+  type SandboxJob,
+} from './generation-jobs';
 
 export interface GenerationEventsOptions {
   /** Run submitted jobs automatically (default true). */
@@ -169,6 +175,7 @@ export function mountGenerationEvents(
     }
     const text = JSON.stringify({ type, data: { ...data, ...stamp, prompt_id: job.id } });
     for (const peer of targets(job, type)) write(peer, text);
+    jobs.emit('job-event', job, type, data);
   };
 
   /**
@@ -213,6 +220,11 @@ export function mountGenerationEvents(
         );
       } else write(peer, encodePreview('jpeg', TINY_JPEG));
     }
+    const seen: EnginePreview =
+      kind === 1
+        ? { imageType: 'jpeg', image: TINY_JPEG }
+        : { nodeId: node.id, imageType: 'png', image: TINY_PNG };
+    jobs.emit('job-preview', job, seen);
   };
 
   const outputFor = (job: SandboxJob, node: WorkflowNode, batch: number): Record<string, unknown> => {
@@ -365,6 +377,7 @@ export function mountGenerationEvents(
         runningIds.delete(job.id);
         hangs.delete(job.id);
         nodeStates.delete(job.id);
+        jobs.emit('ended', job);
         if (!closed) {
           queueStatus();
           pump();

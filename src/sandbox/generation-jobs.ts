@@ -34,6 +34,14 @@ export interface SandboxJob {
 /** A stored file: real bytes, or `size` bytes made on the fly when served (for large transfers). */
 export type StoredFile = { content: Buffer; contentType?: string } | { size: number; contentType?: string };
 
+/** A preview as a proxy that declared `supports_preview_metadata` receives it. */
+export interface EnginePreview {
+  /** The node it came from; undefined for a preview without metadata (binary type 1). */
+  nodeId?: string;
+  imageType: 'jpeg' | 'png';
+  image: Buffer;
+}
+
 export function fileKey(ref: FileRef): string {
   return `${ref.type}/${ref.subfolder}/${ref.filename}`;
 }
@@ -44,7 +52,10 @@ export interface GenerationJobsOptions {
 }
 
 /**
- * Emits 'submitted' (job), 'cancel' (job) and 'interrupt' (job) so the event runner can act on them.
+ * Emits 'submitted' (job), 'cancel' (job) and 'interrupt' (job) so the event runner can act on them. The event
+ * runner in turn emits what a job does, for the v2 mode's event streams (v2-streams.ts), which listen in process
+ * instead of over the WebSocket: 'job-event' (job, type, data) for each text event it sends of a job,
+ * 'job-preview' (job, EnginePreview) for each preview, and 'ended' (job) once a run has stopped.
  */
 export class GenerationJobs extends EventEmitter {
   readonly jobs = new Map<string, SandboxJob>();
