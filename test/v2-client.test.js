@@ -618,7 +618,14 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(read.ended.get(failed.id).error.exception_type, 'KSampler');
       assert.deepEqual(read.ended.get(gone.id), { kind: 'unknown' });
       assert.equal(read.ended.get(cancelled.id).phase, 'cancelled');
-      assert.equal(server.requestsTo('GET', '/api/v2/jobs')[0].url, '/api/v2/jobs?limit=100');
+      // Two reads made together: the active jobs, and the newest ended ones with their outputs.
+      assert.deepEqual(
+        server
+          .requestsTo('GET', '/api/v2/jobs')
+          .map((request) => new URL(request.url, 'http://x').searchParams.get('status'))
+          .sort(),
+        ['queued,running,canceling', 'succeeded,failed,canceled,expired'],
+      );
 
       // Given the shared read, a job it names is answered with no request of its own.
       const before = server.requests.length;
@@ -631,11 +638,23 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(server.requests.length, before + 1);
     });
 
-    it('says a list is only a page when it is full or truncated', async () => {
+    it('says a list is only a page when its active jobs fill it or it is truncated', async () => {
       const lookup = new V2Lookup(client);
       for (let n = 0; n < 100; n++) server.addJob({ status: 'succeeded' });
-      assert.equal((await lookup.queue()).partial, true);
-      server.jobs.splice(50);
+      assert.equal(
+        (await lookup.queue()).partial,
+        undefined,
+        'ended jobs do not fill the page of active ones',
+      );
+      for (let n = 0; n < 100; n++) server.addJob({ status: 'queued' });
+      const page = await lookup.queue();
+      assert.equal(page.partial, true);
+      // A job neither on the page nor among the newest ended is not asked about: it may wait further back.
+      const before = server.requests.length;
+      const answer = await lookup.status(randomUUID(), undefined, async () => page);
+      assert.equal(answer.reason, 'unlisted');
+      assert.equal(server.requests.length, before);
+      server.jobs.splice(0, 150);
       assert.equal((await lookup.queue()).partial, undefined);
       server.hook = (req, body, res, url) => {
         if (url.pathname !== '/api/v2/jobs') return false;

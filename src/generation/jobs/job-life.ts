@@ -39,6 +39,7 @@
  * | answer: unreadable (failed, 429, no queue)     | nothing concluded; check again later (429: Retry-After)    |
  * | answer: unreadable (401/403)                   | refused once confirmed                                     |
  * | answer: unreadable (no status route at all)    | after a run that is over: completed from its events        |
+ * | answer: unreadable (a page without it)         | nothing; the book's next poll reads a new page             |
  * | cancel: removed from the queue                 | cancelled                                                  |
  * | cancel: interrupted, ended, not confirmed      | check soon (the server says how it ended)                  |
  * | reconnect                                      | events may be missed: the outputs come from REST; check    |
@@ -339,6 +340,9 @@ export class JobLife {
       case 'no_route':
         // The server has no route that tells: its events are all there is.
         if (this.runOver) this.end('completed', {});
+        return;
+      case 'unlisted':
+        // Not on the page of active jobs read for all: the book's next poll reads a new page.
         return;
       default: {
         this.unreadableStreak += 1;

@@ -33,10 +33,14 @@ export interface ExecutionError {
   traceback: string[];
 }
 
-/** Why nothing can be said. `refused`: 401/403; `rate_limited`: 429 (wait `retryAfterMs`). */
+/**
+ * Why nothing can be said. `refused`: 401/403; `rate_limited`: 429 (wait `retryAfterMs`); `unlisted`: the shared
+ * read was a page that does not name the job (a v2 list of 100 active jobs): the next poll asks again, no request
+ * of its own meanwhile.
+ */
 export interface Unreadable {
   kind: 'unreadable';
-  reason: 'failed' | 'refused' | 'rate_limited' | 'no_route';
+  reason: 'failed' | 'refused' | 'rate_limited' | 'no_route' | 'unlisted';
   /** A sentence for logs and, for `refused`, for the user (no secret in it). */
   message: string;
   status?: number;

@@ -101,6 +101,10 @@ async function getJob(
  * The JobLookupPort of a v2 server. One list read (`GET /api/v2/jobs?limit=100`, all statuses, newest first)
  * answers for every job it names, ended ones included; a job it does not name is asked about on its own.
  */
+/** The status filters of the two list reads: the jobs still to end, and the ended ones. */
+const ACTIVE_WORDS = 'queued,running,canceling';
+const ENDED_WORDS = 'succeeded,failed,canceled,expired';
+
 export class V2Lookup implements JobLookupPort {
   private readonly listBytes: number;
 
@@ -130,6 +134,15 @@ export class V2Lookup implements JobLookupPort {
         if (read.pending.has(promptId)) return { kind: 'phase', phase: 'pending' };
         const ended = read.ended?.get(promptId);
         if (ended) return ended;
+        // Neither active on a page of 100 active jobs nor among the newest ended: it may wait further back in a
+        // long queue. Asked by its id only once the page holds every active job (then it is not active).
+        if (read.partial) {
+          return {
+            kind: 'unreadable',
+            reason: 'unlisted',
+            message: `job ${promptId} is not among the ${V2_LIST_LIMIT} newest active jobs`,
+          };
+        }
       }
     }
     const got = await getJob(this.http, promptId, signal, `checking job ${promptId}`);
@@ -137,12 +150,35 @@ export class V2Lookup implements JobLookupPort {
     return got.kind === 'missing' ? { kind: 'unknown' } : got;
   }
 
-  /** Our jobs, waiting, running and ended, from one list request; unreadable is never an empty queue. */
+  /**
+   * Our jobs in two list requests made together, for every awaited job at once: the active ones (waiting,
+   * running, canceling; a page of 100, `partial` when full) and the newest ended ones, with their outputs and
+   * errors. Jobs end in about the order they were made, so the newest ended are the ones that ended lately: a
+   * job that ended since the last read is usually there, and costs no request of its own. Unreadable when the
+   * active jobs cannot be read (never an empty queue); the ended ones are only a saving.
+   */
   async queue(signal?: AbortSignal): Promise<QueueRead> {
+    const [active, ended] = await Promise.all([
+      this.list(ACTIVE_WORDS, signal),
+      this.list(ENDED_WORDS, signal).catch((error: unknown): QueueRead => {
+        if (signal?.aborted) throw error;
+        return unreadableOf(error);
+      }),
+    ]);
+    if (active.kind !== 'read' || ended.kind !== 'read' || !ended.ended) return active;
+    const known = active.ended ?? new Map<string, LookupAnswer>();
+    for (const [id, answer] of ended.ended) {
+      if (!active.running.has(id) && !active.pending.has(id) && !known.has(id)) known.set(id, answer);
+    }
+    active.ended = known;
+    return active;
+  }
+
+  private async list(status: string, signal?: AbortSignal): Promise<QueueRead> {
     let body: unknown;
     try {
       ({ body } = await this.http.json<unknown>('/api/v2/jobs', {
-        query: { limit: V2_LIST_LIMIT },
+        query: { status, limit: V2_LIST_LIMIT },
         signal,
         action: 'listing the jobs',
         maxBytes: this.listBytes,
