@@ -9,7 +9,11 @@
 // the await-job node sends its msg, or the bare client's message handler after parsing.
 //
 //   node bench/fanout.js [1000,5000,10000] [--node-red [--resume]] [--progress] [--self-hosted]
-//                        [--compare <checkout>] [--rounds N]   (build first)
+//                        [--compare <checkout>] [--v2] [--rounds N]   (build first)
+//
+// --v2: one more side, the same classes speaking Comfy API v2 to a second sandbox in its v2 mode (jobs followed
+// by polling two shared list reads, event streams only for progress): requests per job besides the submit, the
+// most streams open at once, and CPU per job beside today's dialect (classes) in the same run.
 //
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
 // sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
@@ -42,6 +46,7 @@ const SELF_HOSTED = ARGS.includes('--self-hosted');
  * change, without two runs' noise between them.
  */
 const COMPARE = ARGS.includes('--compare') ? path.resolve(ARGS[ARGS.indexOf('--compare') + 1]) : undefined;
+const V2 = ARGS.includes('--v2');
 const ROUNDS = ARGS.includes('--rounds') ? Number(ARGS[ARGS.indexOf('--rounds') + 1]) : 5;
 const SUBMITS_AT_ONCE = 64;
 /**
@@ -60,7 +65,7 @@ const clock = () => performance.timeOrigin + performance.now();
 let GC;
 
 if (ARGS[0] === '--sandbox') {
-  runSandbox();
+  runSandbox(ARGS.includes('--v2-mode'));
 } else {
   main().catch((error) => {
     console.error(error);
@@ -69,9 +74,10 @@ if (ARGS[0] === '--sandbox') {
 }
 
 /** The child: the sandbox, driven over IPC so its CPU is not the client's. */
-async function runSandbox() {
+async function runSandbox(v2Mode) {
   const { startSandbox } = require('../dist/sandbox');
   const sandbox = await startSandbox({
+    ...(v2Mode ? { dialect: 'comfy-api-v2', v2: { token: KEY } } : {}),
     generationApiKey: SELF_HOSTED ? undefined : KEY,
     events: { autoRun: false, stepDelayMs: 0, maxSteps: 14, concurrency: Infinity, stampCompletion: true },
   });
@@ -88,11 +94,14 @@ async function runSandbox() {
       reply({});
     } else if (message.cmd === 'stats') {
       const api = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
+      const isSubmit = (seen) =>
+        seen.path === '/api/prompt' || (seen.path === '/api/v2/jobs' && seen.method === 'POST');
       reply({
         socketsOpened: sandbox.counters.socketsOpened,
         socketsNow: sandbox.events.sockets,
-        submits: api.filter((seen) => seen.path === '/api/prompt').length,
-        otherRequests: api.filter((seen) => seen.path !== '/api/prompt').length,
+        submits: api.filter(isSubmit).length,
+        otherRequests: api.filter((seen) => !isSubmit(seen)).length,
+        mostStreams: sandbox.v2?.counters.streams.mostOpen ?? 0,
       });
     } else if (message.cmd === 'runPending') {
       const ids = sandbox.jobs.pending().map((job) => job.id);
@@ -102,6 +111,8 @@ async function runSandbox() {
       reply({ stamps: Object.fromEntries(sandbox.events.completionsSent) });
     } else if (message.cmd === 'reset') {
       sandbox.counters.reset();
+      sandbox.v2?.counters.reset();
+      sandbox.v2?.jobs.clear();
       sandbox.jobs.jobs.clear();
       // The outputs' file records too: kept from round to round they grew the sandbox's heap by 10,000 a
       // round, and its collector's pauses with it (frames stamped, then held in its write queue meanwhile).
@@ -125,10 +136,14 @@ async function runSandbox() {
   process.send({ ready: sandbox.url });
 }
 
-function startChild() {
-  const child = fork(__filename, ['--sandbox', ...(SELF_HOSTED ? ['--self-hosted'] : [])], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
+function startChild(v2Mode = false) {
+  const child = fork(
+    __filename,
+    ['--sandbox', ...(SELF_HOSTED ? ['--self-hosted'] : []), ...(v2Mode ? ['--v2-mode'] : [])],
+    {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    },
+  );
   const pending = new Map();
   let next = 0;
   let url;
@@ -276,14 +291,18 @@ async function runBaseline(child, jobs) {
 }
 
 /** Ours: one GenerationConnection (what a config node holds) and one JobTracker (what an await node holds). */
-async function runOurs(child, jobs, root = path.join(__dirname, '..')) {
+async function runOurs(child, jobs, root = path.join(__dirname, '..'), dialect = undefined) {
   const { GenerationConnection } = require(path.join(root, 'dist/generation/connection'));
   // Before the jobs/ folder (commit cbe490a and older) the tracker sat beside the connection.
   const trackerPath = path.join(root, 'dist/generation/jobs/job-tracker.js');
   const { JobTracker } = require(
     fs.existsSync(trackerPath) ? trackerPath : path.join(root, 'dist/generation/job-tracker'),
   );
-  const connection = new GenerationConnection({ baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' });
+  const connection = new GenerationConnection(
+    dialect
+      ? { baseUrl: child.url, dialect, auth: { scheme: 'bearer', secret: KEY }, partnerKeyField: 'x' }
+      : { baseUrl: child.url, apiKey: KEY, partnerKeyField: 'x' },
+  );
   const sockets = connection.sockets();
   // As an await-job node without progress output holds it (the Node-RED side's await-job is the same).
   const tracker = new JobTracker(connection, { progress: PROGRESS });
@@ -340,7 +359,7 @@ async function runOurs(child, jobs, root = path.join(__dirname, '..')) {
     outputs,
     latencies: latencies.sort((a, b) => a - b),
     restPerJob: (after.otherRequests - before.otherRequests) / jobs,
-    socketsOpened: sockets.stats.socketsOpened,
+    socketsOpened: dialect ? after.mostStreams : sockets.stats.socketsOpened,
     skippedPerJob: sockets.stats.progressFramesSkipped / jobs,
   };
   tracker.close();
@@ -377,6 +396,8 @@ async function main() {
   GC = gcPauses();
   const child = startChild();
   await child.ready;
+  const childV2 = V2 ? startChild(true) : undefined;
+  await childV2?.ready;
   const flow = NODE_RED
     ? await require('./fanout-node-red').startFlowBench({
         serviceUrl: child.url,
@@ -389,13 +410,14 @@ async function main() {
     baseline: (jobs) => runBaseline(child, jobs),
     ours: (jobs) => runOurs(child, jobs),
     ...(COMPARE ? { compared: (jobs) => runOurs(child, jobs, COMPARE) } : {}),
+    ...(childV2 ? { v2: (jobs) => runOurs(childV2, jobs, undefined, 'comfy-api-v2') } : {}),
     ...(flow ? { nodeRed: (jobs) => flow.run(child.call, jobs) } : {}),
     ...(flow && RESUME ? { nodeRedResume: (jobs) => flow.run(child.call, jobs, { resume: true }) } : {}),
   };
   // Warm-up of every path (JIT, pools), not measured.
-  for (const run of Object.values(sides)) {
+  for (const [side, run] of Object.entries(sides)) {
     await run(200);
-    await child.call('reset');
+    await (side === 'v2' ? childV2 : child).call('reset');
   }
 
   const report = [];
@@ -407,7 +429,7 @@ async function main() {
       const order = names.map((_, i) => names[(i + round) % names.length]);
       for (const side of order) {
         runs[side].push(await sides[side](jobs));
-        await child.call('reset');
+        await (side === 'v2' ? childV2 : child).call('reset');
       }
     }
     const summary = (list) =>
@@ -435,6 +457,7 @@ async function main() {
       ours: summary(runs.ours),
       nodeRed: summary(runs.nodeRed),
       compared: summary(runs.compared),
+      v2: summary(runs.v2),
       p99s: Object.fromEntries(
         Object.entries(runs).map(([side, list]) => [side, list.map((run) => percentile(run.latencies, 99))]),
       ),
@@ -445,6 +468,7 @@ async function main() {
   const heap = await heapPerJob(child, heapJobs);
   if (flow) await flow.close();
   await child.call('close');
+  await childV2?.call('close');
 
   const ratio = (value, base) => `x${(value / base).toFixed(2)}`;
   const rows = [];
@@ -570,6 +594,16 @@ async function main() {
   console.log(line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const row of rows) console.log(line(row));
+  for (const { jobs, ours, v2 } of report) {
+    if (!v2) continue;
+    console.log(
+      `${jobs} jobs, Comfy API v2 (classes, polling): completed ${v2.completed}, ` +
+        `requests per job besides submit ${v2.restPerJob.toFixed(3)} (today's dialect ${ours.restPerJob.toFixed(3)}; target <= 1), ` +
+        `most streams open ${v2.socketsOpened} (cap 8), ` +
+        `CPU per job ${((v2.cpuMs / jobs) * 1000).toFixed(0)} us (today's ${((ours.cpuMs / jobs) * 1000).toFixed(0)} us, ${ratio(v2.cpuMs, ours.cpuMs)}; target <= x1.5), ` +
+        `wall ${v2.timeMs.toFixed(0)} ms (today's ${ours.timeMs.toFixed(0)} ms), completion->result p50 / p99 ${v2.p50.toFixed(0)} / ${v2.p99.toFixed(0)} ms`,
+    );
+  }
   for (const { jobs, baseline, ours, compared, p99s } of report) {
     if (compared) {
       const x = ratio;
@@ -592,7 +626,7 @@ async function main() {
     path.join(
       __dirname,
       'results',
-      `fanout${NODE_RED ? '-node-red' : ''}${PROGRESS ? '-progress' : ''}${RESUME ? '-resume' : ''}.json`,
+      `fanout${NODE_RED ? '-node-red' : ''}${PROGRESS ? '-progress' : ''}${RESUME ? '-resume' : ''}${V2 ? '-v2' : ''}.json`,
     ),
     `${JSON.stringify({ date: new Date().toISOString(), node: process.version, report, heapPerJobBytes: heap }, null, 2)}\n`,
   );

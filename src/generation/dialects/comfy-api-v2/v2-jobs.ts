@@ -103,10 +103,21 @@ async function getJob(
  */
 /** The status filters of the two list reads: the jobs still to end, and the ended ones. */
 const ACTIVE_WORDS = 'queued,running,canceling';
+/** How long a job no page names waits before it is asked by id (and between two such asks). */
+const UNLISTED_ASK_MS = 5_000;
+const MAX_UNLISTED = 100_000;
 const ENDED_WORDS = 'succeeded,failed,canceled,expired';
 
 export class V2Lookup implements JobLookupPort {
   private readonly listBytes: number;
+  /**
+   * Jobs a partial read did not name, with when they were first (or last asked) so: asked by id once that is
+   * `UNLISTED_ASK_MS` ago. A page can stay partial for good (the proxy scans its newest 500 jobs and says
+   * `truncated` when it stopped looking), so a job it never names must still be asked; but not at once, nor
+   * at every poll: a job just submitted is known to exist, and one that ends is most often found among the
+   * newest ended meanwhile.
+   */
+  private readonly unlistedSince = new Map<string, number>();
 
   constructor(
     private readonly http: HttpClient,
@@ -136,7 +147,7 @@ export class V2Lookup implements JobLookupPort {
         if (ended) return ended;
         // Neither active on a page of 100 active jobs nor among the newest ended: it may wait further back in a
         // long queue. Asked by its id only once the page holds every active job (then it is not active).
-        if (read.partial) {
+        if (read.partial && this.waitUnlisted(promptId)) {
           return {
             kind: 'unreadable',
             reason: 'unlisted',
@@ -146,8 +157,26 @@ export class V2Lookup implements JobLookupPort {
       }
     }
     const got = await getJob(this.http, promptId, signal, `checking job ${promptId}`);
+    if (got.kind === 'body' || got.kind === 'missing') this.unlistedSince.delete(promptId);
     if (got.kind === 'body') return answerOfJobBody(got.body);
     return got.kind === 'missing' ? { kind: 'unknown' } : got;
+  }
+
+  /** Whether an unlisted job waits longer before it is asked by id (see `unlistedSince`). */
+  private waitUnlisted(promptId: string, now = Date.now()): boolean {
+    const since = this.unlistedSince.get(promptId);
+    if (since === undefined) {
+      // Bounded: the oldest marks go first (a job whose await left never comes back to clear its own).
+      const oldest = this.unlistedSince.keys().next();
+      if (this.unlistedSince.size >= MAX_UNLISTED && !oldest.done) this.unlistedSince.delete(oldest.value);
+      this.unlistedSince.set(promptId, now);
+      return true;
+    }
+    if (now - since < UNLISTED_ASK_MS) return true;
+    // Asked now; asked again no sooner than as long again.
+    this.unlistedSince.delete(promptId);
+    this.unlistedSince.set(promptId, now);
+    return false;
   }
 
   /**
