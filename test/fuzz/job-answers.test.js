@@ -325,9 +325,9 @@ describe('job answers (fuzzed)', () => {
             emit: (event) => told.push(event),
             log: () => {},
           });
-          const connection = { http, lookup: new JobLookup(http), limits: { listBytes: 1_000_000 } };
-          const limits = { pageSize: 5, maxPages: 2, endsPerRead: 5, endReadsMax: 2 };
-          const reader = new ServerJobReader(connection, teller, limits, () => {});
+          const server = { http, lookup: new JobLookup(http), listBytes: 1_000_000 };
+          const limits = { pageSize: 5, maxPages: 2, endsPerRead: 5, endReadsMax: 2, unannouncedPollMs: 1 };
+          const reader = new ServerJobReader(server, { teller, limits, log: () => {} });
           const signal = new AbortController().signal;
           for (const look of looks) {
             now = look;

@@ -10,6 +10,7 @@ import type { HttpClient } from '../../http/client';
 import type { CancelOutcome } from '../jobs/cancels';
 import type { JobTimings } from '../jobs/job-book';
 import type { EndedAnswer, LookupAnswer, QueueRead } from '../jobs/job-lookup';
+import type { JobWatchParts, JobWatchReader } from '../jobs/server-job-reader';
 import type {
   ConnectionState,
   EveryJobListener,
@@ -103,6 +104,11 @@ export interface ServerDialect {
   openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
   /** The server's node definitions (`/api/object_info`, cached); undefined where the dialect offers none (v2). */
   readonly definitions?: NodeDefinitionSource;
+  /**
+   * The job-events node's reader of every job of the server, whoever submitted it, on the dialect's own routes
+   * (the contract: jobs/server-job-reader.ts's JobWatchReader); absent: today's routes (ServerJobReader).
+   */
+  jobWatch?(parts: JobWatchParts): JobWatchReader;
   close(): Promise<void>;
 }
 

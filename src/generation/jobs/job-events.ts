@@ -16,6 +16,11 @@
  *   a job start; from then the config node's job book follows it to its end (job-tracker.ts), so the result is
  *   await-job's. The queue is read on `status` only when `queued` is among the events chosen.
  * - No socket (refused, or down): the jobs are looked at every `pollMs`.
+ * - A server that announces nothing to anyone (Comfy API v2: no socket, one event stream per job): looking every
+ *   so often is how it is watched, as its reader says (JobWatchReader.pollMs, `unannouncedPollMs`); the node
+ *   then shows "watching", not "polling".
+ * What a look reads is the dialect's (ServerDialect.jobWatch: today's API's is server-job-reader.ts, Comfy API
+ * v2's dialects/comfy-api-v2/v2-job-watch.ts); this file knows none of their routes.
  * A look that fails is tried again, ever slower, with one warning, and never counts as "no jobs".
  */
 import type { GenerationConnection } from '../connection';
@@ -29,7 +34,12 @@ import {
   type SeenPhase,
 } from './job-event-teller';
 import { JobTracker } from './job-tracker';
-import { ServerJobReader, type LookOutcome } from './server-job-reader';
+import {
+  ServerJobReader,
+  type JobWatchParts,
+  type JobWatchReader,
+  type LookOutcome,
+} from './server-job-reader';
 import type { ConnectionState } from './socket-manager';
 import { readJobId } from './job-ids';
 import { errorText } from '../../boundary/outside';
@@ -75,6 +85,8 @@ export interface JobEventsTimings {
   endsPerRead: number;
   /** Failed reads of how a job ended before it is told with what the list said (or given up). */
   endReadsMax: number;
+  /** A server that announces nothing to anyone (Comfy API v2) has its jobs looked at this often. */
+  unannouncedPollMs: number;
 }
 
 /** Jobs the cloud's job book follows at once for one node. */
@@ -93,11 +105,12 @@ export class JobEvents {
     maxPages: 20,
     endsPerRead: 50,
     endReadsMax: 3,
+    unannouncedPollMs: 3_000,
   };
 
   private readonly timings: JobEventsTimings;
   private readonly teller: JobEventTeller;
-  private readonly reader: ServerJobReader;
+  private readonly reader: JobWatchReader;
   private readonly chosen: Set<JobEventTopic>;
   /** A cloud service's key: each event of the key reaches every socket. */
   private readonly cloud: boolean;
@@ -127,7 +140,6 @@ export class JobEvents {
   ) {
     this.timings = { ...JobEvents.defaultTimings };
     this.chosen = new Set(options.events);
-    this.cloud = connection.credential.cloudKey !== undefined;
     this.teller = new JobEventTeller(new JobEventMemory(options.store, options.scope), {
       events: options.events,
       clients: options.clients,
@@ -136,7 +148,15 @@ export class JobEvents {
       emit: options.emit,
       log: options.log,
     });
-    this.reader = new ServerJobReader(connection, this.teller, this.timings, options.log);
+    const parts: JobWatchParts = { teller: this.teller, limits: this.timings, log: options.log };
+    this.reader =
+      connection.dialect.jobWatch?.(parts) ??
+      new ServerJobReader(
+        { http: connection.http, lookup: connection.dialect.lookup, listBytes: connection.limits.listBytes },
+        parts,
+      );
+    // The cloud's tap is its socket's: a server watched by polling alone is not followed so, whatever its key.
+    this.cloud = connection.credential.cloudKey !== undefined && this.reader.pollMs === undefined;
   }
 
   /** Starts watching: the socket is opened, and the jobs looked at once it is (or could not be). */
@@ -205,11 +225,13 @@ export class JobEvents {
   private followUp(): void {
     if (this.closed || this.looking || this.lookTimer) return;
     const open = this.connection.sockets().isOpen;
-    const delay = !open
-      ? this.timings.pollMs
-      : !this.cloud && this.teller.memory.active().length > 0
-        ? this.timings.activeCheckMs
-        : undefined;
+    const delay =
+      this.reader.pollMs ??
+      (!open
+        ? this.timings.pollMs
+        : !this.cloud && this.teller.memory.active().length > 0
+          ? this.timings.activeCheckMs
+          : undefined);
     if (delay === undefined) return;
     if (this.followUpTimer && this.followUpAt <= Date.now() + delay) return;
     clearTimeout(this.followUpTimer);
@@ -349,7 +371,7 @@ export class JobEvents {
           ? 'unreadable'
           : this.teller.fresh
             ? 'starting'
-            : sockets.isOpen
+            : sockets.isOpen || this.reader.pollMs !== undefined
               ? 'watching'
               : 'polling';
     if (state === this.state) return;

@@ -6,9 +6,13 @@
  * client_id; JobLookup.status). Each job further on than it was is told through the teller. A look that cannot
  * read the jobs fails whole: nothing is concluded from it, least of all that jobs are gone. One job's answer
  * never stops the others: a read of one job that fails is that job's failed read. An entry whose id is no job
- * id (job-ids.ts) is left out, with a warning (once). No Node-RED inside.
+ * id (job-ids.ts) is left out, with a warning (once).
+ * It is today's API's reader; a dialect makes its own (ServerDialect.jobWatch: Comfy API v2's is
+ * dialects/comfy-api-v2/v2-job-watch.ts), and every reader keeps the JobWatchReader contract below. No Node-RED
+ * inside.
  */
-import type { GenerationConnection } from '../connection';
+import type { HttpClient } from '../../http/client';
+import type { JobLookupPort } from '../dialects/dialect';
 import { jobLostError, type JobResult } from './job-life';
 import { unreadableOf, type LookupAnswer, type QueueRead, type Unreadable } from './job-lookup';
 import { readJobsPage, readQueueOwners, type ListedJob, type QueueOwners } from './job-list';
@@ -37,6 +41,38 @@ export interface ServerReadLimits {
   endsPerRead: number;
   /** Failed reads of how a job ended before it is told with what the list said (or given up). */
   endReadsMax: number;
+  /** Where the server announces no change to anyone (Comfy API v2), the jobs are looked at this often. */
+  unannouncedPollMs: number;
+}
+
+/** What the job-events watcher gives the reader a dialect makes (ServerDialect.jobWatch). */
+export interface JobWatchParts {
+  /** Tells each job's steps once, and remembers what was told. */
+  teller: JobEventTeller;
+  limits: ServerReadLimits;
+  log(level: 'debug' | 'warn', message: string): void;
+}
+
+/**
+ * One look at every job of a server at a time (job-events.ts decides when), each job's change told through the
+ * teller. A look that cannot read the jobs fails whole: nothing is concluded from it (could not read is never
+ * absent).
+ */
+export interface JobWatchReader {
+  look(signal: AbortSignal): Promise<LookOutcome>;
+  /**
+   * Where the server announces no change to anyone (no socket: Comfy API v2), looking every so often is how its
+   * jobs are watched, and this says how often (ms). Undefined: the socket's announcements decide.
+   */
+  readonly pollMs?: number;
+}
+
+/** What today's reader asks the server through. */
+export interface ServerReadParts {
+  http: HttpClient;
+  lookup: JobLookupPort;
+  /** The largest queue answer read (each entry carries its whole workflow). */
+  listBytes: number;
 }
 
 interface Seen extends SeenJob {
@@ -82,22 +118,27 @@ function seenJobs(active: Extract<QueueRead, { kind: 'read' }>, listed: ListedJo
   return seen;
 }
 
-export class ServerJobReader {
+export class ServerJobReader implements JobWatchReader {
   private listAbsent = false;
   private readonly failedEndReads = new Map<string, number>();
   private readonly limiter = new Limiter(SIMULTANEOUS_READS);
   private warnedDropped = false;
+  private readonly teller: JobEventTeller;
+  private readonly limits: ServerReadLimits;
+  private readonly log: JobWatchParts['log'];
 
   constructor(
-    private readonly connection: GenerationConnection,
-    private readonly teller: JobEventTeller,
-    private readonly limits: ServerReadLimits,
-    private readonly log: (level: 'debug' | 'warn', message: string) => void,
-  ) {}
+    private readonly server: ServerReadParts,
+    watch: JobWatchParts,
+  ) {
+    this.teller = watch.teller;
+    this.limits = watch.limits;
+    this.log = watch.log;
+  }
 
   async look(signal: AbortSignal): Promise<LookOutcome> {
     const memory = this.teller.memory;
-    const active = await this.connection.dialect.lookup.queue(signal);
+    const active = await this.server.lookup.queue(signal);
     if (active.kind !== 'read') return { kind: 'failed', trouble: active };
     this.noteDropped(active.dropped, 'the queue');
     let listed: ListedJob[] = [];
@@ -164,7 +205,7 @@ export class ServerJobReader {
   ): Promise<LookupAnswer> {
     try {
       return await this.limiter.run(() =>
-        this.connection.dialect.lookup.status(id, signal, () => Promise.resolve(active)),
+        this.server.lookup.status(id, signal, () => Promise.resolve(active)),
       );
     } catch (error) {
       if (signal.aborted) throw error;
@@ -191,7 +232,7 @@ export class ServerJobReader {
     const memory = this.teller.memory;
     const jobs: ListedJob[] = [];
     for (let page = 0; page < maxPages; page++) {
-      const answer = await readJobsPage(this.connection.http, page * pageSize, pageSize, signal);
+      const answer = await readJobsPage(this.server.http, page * pageSize, pageSize, signal);
       if (answer.kind !== 'page') return answer;
       this.noteDropped(answer.dropped, 'the list of jobs');
       jobs.push(...answer.jobs);
@@ -217,7 +258,7 @@ export class ServerJobReader {
     for (const [id, job] of steps) {
       let own = this.teller.ownerOf(id);
       if (own === undefined && this.teller.needsOwner(['queued', 'started'])) {
-        owners ??= await readQueueOwners(this.connection.http, this.connection.limits.listBytes, signal);
+        owners ??= await readQueueOwners(this.server.http, this.server.listBytes, signal);
         if (owners.kind === 'read' && owners.owners.has(id))
           own = owners.owners.get(id) === this.teller.clientId;
         else if (owners.kind !== 'read') complete = false;

@@ -2,9 +2,10 @@
  * Comfy API v2, the second dialect (`/api/v2/jobs`, event streams, assets; a self-hosted ComfyUI reaches it
  * through the official comfy-api-proxy). Composes the v2 jobs (v2-jobs.ts: submit with single-use keys,
  * lookups, cancel, the queue node's list), files (v2-files.ts: uploads by hash, downloads by asset id) and
- * event streams (v2-event-streams.ts) behind the ServerDialect interface. v2 asks clients to poll first: its
- * event source is never "open", so the job book polls every job (one list read answers for all), and streams
- * only add progress and an early "ask now". No Node-RED inside.
+ * event streams (v2-event-streams.ts) behind the ServerDialect interface, and the job-events node's reader of
+ * every job (v2-job-watch.ts). v2 asks clients to poll first: its event source is never "open", so the job book
+ * polls every job (one list read answers for all), and streams only add progress and an early "ask now". No
+ * Node-RED inside.
  */
 import { ServiceError } from '../../../http/errors';
 import type { CancelOutcome } from '../../jobs/cancels';
@@ -18,9 +19,11 @@ import type {
   UploadResult,
 } from '../../transfer/rest-client';
 import type { Workflow } from '../../workflows/workflow';
+import type { JobWatchParts } from '../../jobs/server-job-reader';
 import type { DialectParts, ServerDialect } from '../dialect';
 import { V2EventStreams } from './v2-event-streams';
 import { V2Files } from './v2-files';
+import { V2JobWatch } from './v2-job-watch';
 import { V2Jobs, V2Lookup } from './v2-jobs';
 
 /** The one `extra_data` key a v2 server takes: the partner (Comfy.org) key, whatever the config node calls it. */
@@ -82,6 +85,14 @@ export class ComfyApiV2Dialect implements ServerDialect {
 
   openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile> {
     return this.files.openFile(ref, signal);
+  }
+
+  /** The job-events node's reader: the list of our jobs, polled (v2-job-watch.ts). */
+  jobWatch(parts: JobWatchParts): V2JobWatch {
+    return new V2JobWatch(
+      { http: this.parts.http, lookup: this.lookup, listBytes: this.parts.listBytes },
+      parts,
+    );
   }
 
   /** The event streams, made on first use. */

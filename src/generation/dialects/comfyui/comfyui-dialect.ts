@@ -9,6 +9,7 @@ import { mayHaveReachedService } from '../../../http/client';
 import { ServiceError } from '../../../http/errors';
 import { cancelJobs, type CancelOutcome } from '../../jobs/cancels';
 import { JobLookup } from '../../jobs/job-lookup';
+import { ServerJobReader, type JobWatchParts } from '../../jobs/server-job-reader';
 import { ServerKnowledge } from '../../jobs/server-profile';
 import { SocketManager } from '../../jobs/socket-manager';
 import {
@@ -150,6 +151,14 @@ export class ComfyUiDialect implements ServerDialect {
   /** The REST client caches `/api/object_info`. */
   get definitions(): NodeDefinitionSource {
     return this.rest;
+  }
+
+  /** The job-events node's reader: the queue, `/api/jobs` and the queue's owners (jobs/server-job-reader.ts). */
+  jobWatch(parts: JobWatchParts): ServerJobReader {
+    return new ServerJobReader(
+      { http: this.parts.http, lookup: this.lookup, listBytes: this.parts.listBytes },
+      parts,
+    );
   }
 
   /** The shared socket manager, created on first use. */
