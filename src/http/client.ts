@@ -128,6 +128,15 @@ export function mayHaveReachedService(error: unknown): boolean {
   return typeof error === 'object' && error !== null && maybeSent.has(error);
 }
 
+/**
+ * Whether a submit that failed so must be settled before anything else is done: it may have reached the service
+ * (mayHaveReachedService), it was the first attempt, and the caller did not stop it. Each dialect settles it its
+ * own way (by the job's id, or by its key among the jobs); none sends it blindly again.
+ */
+export function outcomeUnknown(error: unknown, attempt: number, signal?: AbortSignal): error is ServiceError {
+  return !signal?.aborted && attempt === 0 && error instanceof ServiceError && mayHaveReachedService(error);
+}
+
 /** The answer was larger than the request allows: read no further. */
 class TooLarge extends Error {
   constructor(readonly limit: number) {

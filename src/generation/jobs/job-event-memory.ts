@@ -149,6 +149,21 @@ export class JobEventMemory {
     this.store.set(MARK_KEY, { mark: this.markValue, scope: this.scope });
   }
 
+  /**
+   * Ends a look: the mark moves up to `newest`, but stays at the oldest job the look met as new and left
+   * untold (its owner not known yet, a read that failed, more ends than a look reads), so the next look meets it
+   * again; then what no look can meet again is forgotten.
+   */
+  closeLook(newest: number, met: Iterable<[string, { createdAt?: number }]>): void {
+    let mark = newest;
+    for (const [id, job] of met) {
+      if (job.createdAt !== undefined && job.createdAt >= this.mark && !this.get(id))
+        mark = Math.min(mark, job.createdAt);
+    }
+    this.setMark(mark);
+    this.forgetOld();
+  }
+
   /** Remembers a job; false when the memory is full of waiting and running jobs (nothing ended to forget). */
   remember(id: string, job: RememberedJob): boolean {
     if (!this.jobs.has(id) && this.jobs.size >= MAX_JOBS && !this.forgetOldestEnded()) return false;

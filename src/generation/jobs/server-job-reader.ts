@@ -177,15 +177,7 @@ export class ServerJobReader implements JobWatchReader {
     // Failed reads are counted for jobs still to be told only: one that left every list is not kept.
     const pending = new Set(ends.map(([id]) => id));
     for (const id of this.failedEndReads.keys()) if (!pending.has(id)) this.failedEndReads.delete(id);
-    // The mark stays at the oldest job this look met as new but did not tell (more ends than a look reads, a
-    // read that failed, a submitter not known yet): the next look must meet it again.
-    let mark = newest;
-    for (const [id, job] of seen) {
-      if (job.createdAt !== undefined && job.createdAt >= memory.mark && !memory.get(id))
-        mark = Math.min(mark, job.createdAt);
-    }
-    memory.setMark(mark);
-    memory.forgetOld();
+    memory.closeLook(newest, seen);
     return {
       kind: 'read',
       changed: steps.length + now.length > 0,

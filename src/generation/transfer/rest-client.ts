@@ -91,7 +91,7 @@ const IMAGE_TYPES: Record<string, string> = {
 };
 
 /** The content type of an image file by its name's extension; application/octet-stream for any other. */
-export function imageType(filename: string): string {
+function imageType(filename: string): string {
   return IMAGE_TYPES[path.extname(filename).toLowerCase()] ?? 'application/octet-stream';
 }
 
@@ -131,6 +131,47 @@ function withoutKeys(element: unknown, keyField: string): unknown {
     return record;
   }
   return element;
+}
+
+/**
+ * The multipart part of an upload's file (field `field`) and its stored name, for either dialect: a Buffer with
+ * msg.filename, or a local file streamed (never read whole). Bad input is refused in a sentence before anything
+ * is read or sent; `checkName` refuses a name its dialect cannot store.
+ */
+export async function uploadPartOf(
+  request: Pick<UploadRequest, 'source' | 'filename'>,
+  field: string,
+  checkName: (name: string) => string = (name) => name,
+): Promise<{ part: FormPart; filename: string }> {
+  if (Buffer.isBuffer(request.source)) {
+    if (request.source.length === 0)
+      throw invalidInput('The file to upload is empty (msg.payload has no bytes)');
+    if (!request.filename)
+      throw invalidInput('msg.filename is needed to upload a Buffer: give the stored file name');
+    const filename = checkName(request.filename);
+    return {
+      part: { name: field, filename, contentType: imageType(filename), content: request.source },
+      filename,
+    };
+  }
+  if (typeof request.source !== 'string' || request.source.trim() === '')
+    throw invalidInput('msg.payload must be a Buffer (the file) or a string (a local file path) to upload');
+  const file = request.source;
+  const info = await stat(file).catch((error: NodeJS.ErrnoException) => {
+    throw invalidInput(
+      error.code === 'ENOENT'
+        ? `The file to upload does not exist: ${file}`
+        : `The file to upload cannot be read: ${file} (${error.code ?? error.message})`,
+    );
+  });
+  if (info.isDirectory()) throw invalidInput(`The path to upload is a directory, not a file: ${file}`);
+  if (!info.isFile()) throw invalidInput(`The path to upload is not a regular file: ${file}`);
+  if (info.size === 0) throw invalidInput(`The file to upload is empty: ${file}`);
+  const filename = checkName(request.filename || path.basename(file));
+  return {
+    part: { name: field, filename, contentType: imageType(filename), path: file, size: info.size },
+    filename,
+  };
 }
 
 export class GenerationRestClient {
@@ -209,31 +250,7 @@ export class GenerationRestClient {
   /** POST /api/upload/image or /api/upload/mask, the file streamed. Bad input is refused before sending. */
   async upload(request: UploadRequest): Promise<UploadResult> {
     const mask = request.mask === true || request.originalRef !== undefined;
-    let filename = request.filename;
-    let image: FormPart;
-    if (Buffer.isBuffer(request.source)) {
-      if (request.source.length === 0)
-        throw invalidInput('The file to upload is empty (msg.payload has no bytes)');
-      if (!filename)
-        throw invalidInput('msg.filename is needed to upload a Buffer: give the stored file name');
-      image = { name: 'image', filename, contentType: imageType(filename), content: request.source };
-    } else if (typeof request.source === 'string' && request.source.trim() !== '') {
-      const file = request.source;
-      const info = await stat(file).catch((error: NodeJS.ErrnoException) => {
-        throw invalidInput(
-          error.code === 'ENOENT'
-            ? `The file to upload does not exist: ${file}`
-            : `The file to upload cannot be read: ${file} (${error.code ?? error.message})`,
-        );
-      });
-      if (info.isDirectory()) throw invalidInput(`The path to upload is a directory, not a file: ${file}`);
-      if (!info.isFile()) throw invalidInput(`The path to upload is not a regular file: ${file}`);
-      if (info.size === 0) throw invalidInput(`The file to upload is empty: ${file}`);
-      filename ||= path.basename(file);
-      image = { name: 'image', filename, contentType: imageType(filename), path: file, size: info.size };
-    } else {
-      throw invalidInput('msg.payload must be a Buffer (the file) or a string (a local file path) to upload');
-    }
+    const { part: image, filename } = await uploadPartOf(request, 'image');
     const parts: FormPart[] = [image];
     if (mask) {
       const original = request.originalRef as Partial<FileReference> | undefined;

@@ -15,15 +15,13 @@
  * starts there), a few times at most. No Node-RED inside.
  */
 import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import path from 'node:path';
 import { Readable } from 'node:stream';
 import { createBLAKE3 } from 'hash-wasm';
 import type { HttpClient, RawResponse } from '../../../http/client';
 import { ServiceError, invalidInput } from '../../../http/errors';
 import { multipartBody, type FormPart } from '../../transfer/multipart-body';
 import {
-  imageType,
+  uploadPartOf,
   type FileReference,
   type OpenFile,
   type UploadRequest,
@@ -125,7 +123,7 @@ export class V2Files {
         `Comfy API v2 uploads inputs only, not files of type ${JSON.stringify(String(request.type).slice(0, 40))}: leave the type empty or set it to input`,
       );
     }
-    const { filePart, name } = await this.sourceOf(request);
+    const { part: filePart, filename: name } = await uploadPartOf(request, 'file', checkedName);
     const named = `"${name}"`;
     const source = request.source;
     const hash = await blake3Of(source, request.signal).catch((error: NodeJS.ErrnoException) => {
@@ -160,39 +158,6 @@ export class V2Files {
       );
     }
     return this.resultOf(asset.value, hash, name);
-  }
-
-  /** The file part and the stored name; bad input refused before anything is read or sent. */
-  private async sourceOf(request: UploadRequest): Promise<{ filePart: FormPart; name: string }> {
-    if (Buffer.isBuffer(request.source)) {
-      if (request.source.length === 0)
-        throw invalidInput('The file to upload is empty (msg.payload has no bytes)');
-      if (!request.filename)
-        throw invalidInput('msg.filename is needed to upload a Buffer: give the stored file name');
-      const name = checkedName(request.filename);
-      return {
-        name,
-        filePart: { name: 'file', filename: name, contentType: imageType(name), content: request.source },
-      };
-    }
-    if (typeof request.source !== 'string' || request.source.trim() === '')
-      throw invalidInput('msg.payload must be a Buffer (the file) or a string (a local file path) to upload');
-    const file = request.source;
-    const info = await stat(file).catch((error: NodeJS.ErrnoException) => {
-      throw invalidInput(
-        error.code === 'ENOENT'
-          ? `The file to upload does not exist: ${file}`
-          : `The file to upload cannot be read: ${file} (${error.code ?? error.message})`,
-      );
-    });
-    if (info.isDirectory()) throw invalidInput(`The path to upload is a directory, not a file: ${file}`);
-    if (!info.isFile()) throw invalidInput(`The path to upload is not a regular file: ${file}`);
-    if (info.size === 0) throw invalidInput(`The file to upload is empty: ${file}`);
-    const name = checkedName(request.filename || path.basename(file));
-    return {
-      name,
-      filePart: { name: 'file', filename: name, contentType: imageType(name), path: file, size: info.size },
-    };
   }
 
   /** The server's record of these bytes when it has them (asked by hash: no byte sent); else undefined. */

@@ -230,15 +230,7 @@ export class V2JobWatch implements JobWatchReader {
     // Failed reads are counted for jobs still to be told only.
     const pending = new Set([...ends.map(([id]) => id), ...offList]);
     for (const id of this.failedReads.keys()) if (!pending.has(id)) this.failedReads.delete(id);
-    // The mark stays at the oldest job this look met as new but did not tell (its owner not known yet, a read
-    // that failed): the next look must meet it again.
-    let mark = newest;
-    for (const [id, job] of seen) {
-      if (job.createdAt !== undefined && job.createdAt >= memory.mark && !memory.get(id))
-        mark = Math.min(mark, job.createdAt);
-    }
-    memory.setMark(mark);
-    memory.forgetOld();
+    memory.closeLook(newest, seen);
     return { kind: 'read', changed: told > 0, more: false, incomplete };
   }
 

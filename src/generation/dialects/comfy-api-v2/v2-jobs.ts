@@ -15,7 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { HttpClient } from '../../../http/client';
-import { mayHaveReachedService } from '../../../http/client';
+import { outcomeUnknown } from '../../../http/client';
 import { ServiceError } from '../../../http/errors';
 import { setOwn } from '../../../boundary/outside';
 import type { CancelOutcome } from '../../jobs/cancels';
@@ -273,13 +273,7 @@ export class V2Jobs {
       try {
         return await this.submitOnce(workflow, extraData, key, signal);
       } catch (error) {
-        if (
-          signal?.aborted ||
-          !(error instanceof ServiceError) ||
-          !mayHaveReachedService(error) ||
-          attempt > 0
-        )
-          throw error;
+        if (!outcomeUnknown(error, attempt, signal)) throw error;
         const found = await this.findSubmitted(key, anchor, error, signal);
         if (found) return found;
       }

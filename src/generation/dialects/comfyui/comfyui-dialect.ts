@@ -5,7 +5,7 @@
  * ServerDialect interface. No Node-RED inside.
  */
 import { randomUUID } from 'node:crypto';
-import { mayHaveReachedService } from '../../../http/client';
+import { outcomeUnknown } from '../../../http/client';
 import { ServiceError } from '../../../http/errors';
 import { cancelJobs, type CancelOutcome } from '../../jobs/cancels';
 import { JobLookup } from '../../jobs/job-lookup';
@@ -81,13 +81,7 @@ export class ComfyUiDialect implements ServerDialect {
         return result;
       } catch (error) {
         // Only a request that may have reached the server: one that never left is not there.
-        if (
-          signal?.aborted ||
-          !(error instanceof ServiceError) ||
-          !mayHaveReachedService(error) ||
-          attempt > 0
-        )
-          throw error;
+        if (!outcomeUnknown(error, attempt, signal)) throw error;
         if (await this.hasJob(promptId, error, signal)) return { prompt_id: promptId };
       }
     }
