@@ -103,6 +103,16 @@ describe('examples on Comfy API v2: each generation example against the sandbox 
     assert.notStrictEqual(job.prompt['3'].inputs.seed, 42);
     assert.strictEqual(sandbox.v2.counters.route('GET /api/v2/assets/{id}/content'), 1);
     assert.deepStrictEqual(nodeErrors(), []);
+    // The one thing a user is told: seeds are found by their inputs' names.
+    const warnings = helper
+      .log()
+      .args.map(([entry]) => entry)
+      .filter((entry) => entry && entry.level === 30 && entry.id);
+    assert.deepStrictEqual(
+      warnings.map((entry) => entry.type),
+      ['graph-gen-submit'],
+    );
+    assert.match(warnings[0].msg, /offers no node definitions.*so seed inputs are told by name/);
   });
 
   it('02-image-to-image: reads a file, uploads it (by hash), points LoadImage at it through msg.inputs, downloads', async () => {

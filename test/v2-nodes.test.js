@@ -320,6 +320,23 @@ describe('the generation nodes on Comfy API v2 (sandbox v2 mode, real Node-RED)'
     assert.equal((await outputOf('done')).prompt_id, waiting.prompt_id);
   });
 
+  it('with progress, an await ends as soon as its stream tells the end, not at the next poll', async () => {
+    await load();
+    const msg = await submitAndAwait(graph(HANG), 'await');
+    await take('progress', 10_000, (each) => each.topic === 'execution_start');
+    // Another await makes the config node read the list of jobs now, while the first still runs.
+    const reads = sandbox.v2.counters.route('GET /api/v2/jobs');
+    await submitAndAwait(slow(10), 'quiet');
+    await until(() => sandbox.v2.counters.route('GET /api/v2/jobs') > reads, 'a read of the jobs');
+    await sleep(100);
+    await releaseHang(sandbox);
+    const done = await outputOf('done');
+    const arrived = Date.now();
+    assert.equal(done.prompt_id, msg.prompt_id);
+    const late = arrived - sandbox.jobs.jobs.get(msg.prompt_id).endedAt;
+    assert.ok(late < 600, `the result came ${late} ms after the job ended`);
+  });
+
   it('upload: msg.payload.name goes into a LoadImage input (msg.inputs) and the job runs on those bytes; the same bytes again are not sent again', async () => {
     await load();
     const png = solidPng(8, 8, [200, 80, 40, 255]);
@@ -490,7 +507,9 @@ describe('the generation nodes on Comfy API v2 (sandbox v2 mode, real Node-RED)'
     assert.deepEqual(done.map((msg) => msg.prompt_id).sort(), msgs.map((msg) => msg.prompt_id).sort());
     assert.ok(done.every((msg) => msg.payload.status === 'completed' && msg.payload.files.length === 1));
     const { streams } = sandbox.v2.counters;
-    console.log(`      streams: ${JSON.stringify(streams)}`);
+    console.log(
+      `      streams: ${JSON.stringify(streams)}; requests: ${JSON.stringify(Object.fromEntries(sandbox.v2.counters.byRoute))}`,
+    );
     assert.ok(streams.mostOpen <= 8, `${streams.mostOpen} streams open at once`);
     assert.equal(streams.refused, 0, 'the client asked for more streams than the server has');
     const progressed = new Set(
