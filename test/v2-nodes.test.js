@@ -3,7 +3,8 @@
 // real Node-RED runtime (the test helper), against the sandbox's v2 mode over HTTP on 127.0.0.1 (it answers as
 // comfy-api-proxy does in front of a ComfyUI, with the sandbox's job engine as that ComfyUI). What a user sees:
 // the msgs on each output, what a Catch node gets, what the log says; and what it costs the server (the
-// sandbox's v2 counters: requests per route and per job, event streams open).
+// sandbox's v2 counters: requests per route and per job, event streams open). Past 400 lines: one flow and one
+// sandbox for every node on v2, so each case is a few lines of what a user does and sees.
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const os = require('node:os');
