@@ -123,6 +123,9 @@ describe('generation REST pieces', () => {
       { filename: 'b.png', subfolder: '', type: 'output' },
     ]);
     assert.deepEqual(referencesOf({ files: [ref], outputs: {} }), [ref]);
+    // A Comfy API v2 output keeps the asset id it is downloaded by; anything but text is left out.
+    const v2 = { ...ref, asset_id: 'eyJqIjo.c2ln' };
+    assert.deepEqual(referencesOf({ files: [v2, { ...ref, asset_id: 7 }] }), [v2, ref]);
     assert.throws(() => referencesOf(42), /must be a file reference/);
   });
 

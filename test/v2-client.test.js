@@ -822,7 +822,21 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(result.subfolder, '');
     });
 
-    it('refuses a mask, a folder in the name and another type in a sentence, sending nothing', async () => {
+    it('stores a file named with its folders (a file-in node sets msg.filename to a path) under its base name', async () => {
+      const files = new V2Files(client);
+      const bytes = Buffer.from('from a file-in node');
+      const folder = (await blake3Hex(bytes)).slice(0, 16);
+      const result = await files.upload({ source: bytes, filename: '/data/pictures/in.png' });
+      const [post] = server.requestsTo('POST', '/api/v2/assets');
+      const parts = multipartParts(post, post.body);
+      assert.equal(parts.file_path.data.toString(), `input/graph-gen/${folder}/in.png`);
+      assert.equal(parts.file.filename, 'in.png');
+      assert.equal(result.name, `graph-gen/${folder}/in.png`);
+      const windows = await files.upload({ source: Buffer.from('w'), filename: 'C:\\pictures\\w.png' });
+      assert.match(windows.name, /^graph-gen\/[0-9a-f]{16}\/w\.png$/);
+    });
+
+    it('refuses a mask, a name that is no file name and another type in a sentence, sending nothing', async () => {
       const files = new V2Files(client);
       await assert.rejects(
         files.upload({ source: Buffer.from('x'), filename: 'm.png', originalRef: { filename: 'a.png' } }),
@@ -832,9 +846,12 @@ describe('Comfy API v2 REST client', () => {
       await assert.rejects(files.upload({ source: Buffer.from('x'), filename: 'm.png', mask: true }), {
         code: 'invalid_input',
       });
-      await assert.rejects(files.upload({ source: Buffer.from('x'), filename: '../up.png' }), (error) =>
-        /is not a plain file name/.test(error.message),
-      );
+      for (const filename of ['pictures/..', 'pictures/', '.', 'a\nb.png'])
+        await assert.rejects(
+          files.upload({ source: Buffer.from('x'), filename }),
+          (error) => error.code === 'invalid_input' && /is not a plain file name/.test(error.message),
+          JSON.stringify(filename),
+        );
       await assert.rejects(files.upload({ source: Buffer.from('x'), filename: 'a.png', type: 'temp' }), {
         code: 'invalid_input',
       });

@@ -334,6 +334,10 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     target: DialogTarget,
   ): Promise<{ definitions: NodeDefinitions; secrets: Array<string | undefined> }> {
     const { connection, source, secrets } = dialogServer(body, target);
+    // Settings typed for a Comfy API v2 server: it has no object_info to ask (a deployed node's connection
+    // says the same through its dialect).
+    if (!connection && dialectOf(target.settings) === 'comfy-api-v2')
+      throw invalidInput(texts('errors.v2-no-definitions'));
     const refresh = body.refresh === true;
     const definitions = connection
       ? await connectionDefinitions(connection, refresh)

@@ -42,11 +42,14 @@ export function referencesOf(payload: unknown): FileReference[] {
     if (!isReference(item)) {
       throw invalidInput(`file reference ${index + 1} of msg.payload has no filename`);
     }
-    return {
+    const ref: FileReference = {
       filename: item.filename,
       subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
       type: typeof item.type === 'string' && item.type ? item.type : 'output',
     };
+    // A Comfy API v2 output is fetched by its asset id (job-outputs.ts keeps it in a result's files).
+    if (typeof item.asset_id === 'string' && item.asset_id !== '') ref.asset_id = item.asset_id;
+    return ref;
   });
 }
 

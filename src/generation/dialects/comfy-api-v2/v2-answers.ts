@@ -363,8 +363,11 @@ export function endedAnswerOfBody(body: unknown): EndedAnswer {
 
 /**
  * A list of all our jobs (newest first, every status) as a queue read: running and canceling jobs run, queued
- * ones wait (`ahead` = running count + queue_position - 1; a job without a position counts the queued jobs
- * listed after it, which are older), ended ones carry their answers in `ended` (expired: unknown). It is a page
+ * ones wait (`ahead` = the jobs running + queue_position - 1; a job without a position counts the queued jobs
+ * listed after it, which are older), ended ones carry their answers in `ended` (expired: unknown). The list
+ * names only the jobs sent through the v2 server, while `queue_position` counts every job waiting in ComfyUI:
+ * a job waits only while one runs, so at least one runs ahead of a waiting job even when none of the listed
+ * does (one of another program's, sent to ComfyUI itself). It is a page
  * (`partial`) when the list is full (`limit` entries), says it is truncated, left an entry out, or holds a word
  * this package does not know: a job it does not name may still wait or run, and is asked about on its own.
  */
@@ -386,9 +389,10 @@ export function queueReadOf(list: V2JobList, limit: number): QueueRead {
     else ended.set(job.id, lookupAnswerOf(job));
   }
   let unplaced = waiting.filter((job) => job.queuePosition === undefined).length;
+  const runningAhead = Math.max(running.size, 1);
   for (const job of waiting) {
-    if (job.queuePosition !== undefined) ahead.set(job.id, running.size + job.queuePosition - 1);
-    else ahead.set(job.id, running.size + --unplaced);
+    if (job.queuePosition !== undefined) ahead.set(job.id, runningAhead + job.queuePosition - 1);
+    else ahead.set(job.id, runningAhead + --unplaced);
   }
   const read: QueueRead = { kind: 'read', running, pending, ahead, ended };
   if (list.dropped) read.dropped = list.dropped;

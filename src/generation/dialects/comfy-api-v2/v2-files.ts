@@ -80,11 +80,16 @@ function hasControl(text: string): boolean {
   return false;
 }
 
-/** A name to store a file under: a file's name only (the server puts it in a folder of its own). */
-function checkedName(name: string): string {
-  if (name === '.' || name === '..' || /[/\\]/.test(name) || hasControl(name)) {
+/**
+ * The name to store a file under: the base name of what was given (the server puts it in a folder of this
+ * package's choosing). A path is the common case, not a mistake: a file-in node sets msg.filename to the path it
+ * read, and today's API stores such an upload under its base name too.
+ */
+function checkedName(given: string): string {
+  const name = given.slice(Math.max(given.lastIndexOf('/'), given.lastIndexOf('\\')) + 1);
+  if (name === '' || name === '.' || name === '..' || hasControl(name)) {
     throw invalidInput(
-      `the file name ${JSON.stringify(name.slice(0, 200))} is not a plain file name: name the file without folders or control characters (Comfy API v2 uploads are stored in a folder of the config node's choosing under input/)`,
+      `the file name ${JSON.stringify(given.slice(0, 200))} is not a plain file name: name the file (its last part) without control characters, and not "", "." or ".." (Comfy API v2 uploads are stored in a folder of the config node's choosing under input/)`,
     );
   }
   return name;
