@@ -7,14 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import { Credential, type AuthSettings } from '../http/auth';
 import { HttpClient } from '../http/client';
-import { ServiceError, invalidInput } from '../http/errors';
+import { invalidInput } from '../http/errors';
 import { checkedProxy } from '../http/proxy';
 import type { TransportSettings } from '../http/transport';
 import { CancelRegistry, type CancelOutcome } from './jobs/cancels';
 import { JobBook, type JobTimings } from './jobs/job-book';
 import type { QueueRead } from './jobs/job-lookup';
 import { RecentMap } from './jobs/recent-map';
-import { createDialect } from './dialects';
+import { createDialect, notOffered, offersOf } from './dialects';
 import type { DialectName, JobEventSource, NodeDefinitionSource, ServerDialect } from './dialects/dialect';
 import type { SubmitResult } from './transfer/rest-client';
 import type { Workflow } from './workflows/workflow';
@@ -192,10 +192,13 @@ export class GenerationConnection {
    */
   definitions(): NodeDefinitionSource {
     if (this.dialect.definitions) return this.dialect.definitions;
-    throw new ServiceError(
-      'invalid_input',
-      'this server speaks Comfy API v2, which offers no node definitions: give the workflow in API format (in ComfyUI: Workflow, Export (API)), and leave "check the workflow" off',
-    );
+    throw notOffered(this.dialect.name, 'nodeDefinitions');
+  }
+
+  /** The client saved workflows are read with, or a refusal in a sentence where the dialect keeps none. */
+  savedWorkflowsClient(): HttpClient {
+    if (offersOf(this.dialect.name).savedWorkflows) return this.http;
+    throw notOffered(this.dialect.name, 'savedWorkflows');
   }
 
   /** Where jobs' events come from (the shared socket, or v2's event streams), created on first use. */

@@ -33,6 +33,7 @@ import {
   type ConnectionTestTarget,
   type Texts,
 } from './node-helpers';
+import { notOffered, offersOf } from '../generation/dialects';
 import type { DialectName } from '../generation/dialects/dialect';
 import { errorText, textOf } from '../boundary/outside';
 
@@ -312,6 +313,7 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     if (deployed?.settingsError) throw invalidInput(deployed.settingsError);
     return {
       baseUrl,
+      dialect: deployed?.connection?.dialect.name ?? dialectOf(target.settings),
       connection: deployed?.connection,
       source: deployed?.connection
         ? { baseUrl }
@@ -334,10 +336,10 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
     target: DialogTarget,
   ): Promise<{ definitions: NodeDefinitions; secrets: Array<string | undefined> }> {
     const { connection, source, secrets } = dialogServer(body, target);
-    // Settings typed for a Comfy API v2 server: it has no object_info to ask (a deployed node's connection
-    // says the same through its dialect).
-    if (!connection && dialectOf(target.settings) === 'comfy-api-v2')
-      throw invalidInput(texts('errors.v2-no-definitions'));
+    // Settings typed for a dialect without node definitions (Comfy API v2): nothing to ask (a deployed node's
+    // connection says the same through its dialect).
+    const dialect = dialectOf(target.settings);
+    if (!connection && !offersOf(dialect).nodeDefinitions) throw notOffered(dialect, 'nodeDefinitions');
     const refresh = body.refresh === true;
     const definitions = connection
       ? await connectionDefinitions(connection, refresh)

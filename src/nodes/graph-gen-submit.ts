@@ -91,7 +91,10 @@ export = function (RED: NodeAPI) {
       if (savedName !== '') {
         const name = checkedWorkflowName(savedName, texts('errors.saved-setting'));
         status(statusWaiting(texts('status.reading')));
-        return readSavedWorkflow(connection.http, name, { signal, maxBytes: connection.limits.answerBytes });
+        return readSavedWorkflow(connection.savedWorkflowsClient(), name, {
+          signal,
+          maxBytes: connection.limits.answerBytes,
+        });
       }
       if (setting !== '') {
         try {

@@ -6,6 +6,8 @@
  * carry a list, a workflow or a sentence, never the key. Every request is bounded: its wait, the list's
  * length and bytes, a file's bytes.
  */
+import { notOffered, offersOf } from '../generation/dialects';
+import type { DialectName } from '../generation/dialects/dialect';
 import type { NodeAPI } from 'node-red';
 import type { Request, RequestHandler, Response } from 'express';
 import { GENERATION_LIMITS, type GenerationConnection } from '../generation/connection';
@@ -22,6 +24,8 @@ import { ServiceError } from '../http/errors';
 /** The server a dialog's request names, as graph-gen-config works it out. */
 export interface DialogServer {
   baseUrl: string;
+  /** The dialect it speaks (the deployed connection's, or the typed settings'). */
+  dialect: DialectName;
   /** A deployed config node's connection, when the request names it as saved. */
   connection?: GenerationConnection;
   /** Where and how to reach it when there is no connection (typed settings: credential, TLS, proxy). */
@@ -58,6 +62,7 @@ async function withServer<T>(
   server: DialogServer,
   work: (http: HttpClient, maxBytes: number, signal: AbortSignal) => Promise<T>,
 ): Promise<T> {
+  if (!offersOf(server.dialect).savedWorkflows) throw notOffered(server.dialect, 'savedWorkflows');
   const signal = AbortSignal.timeout(DIALOG_DEFINITIONS.waitMs);
   const own = server.connection ? undefined : dialogClient(server.source);
   const http = server.connection?.http ?? own!.http;
