@@ -7,7 +7,7 @@ import { createWriteStream, type Stats } from 'node:fs';
 import { link, lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { errorText, textOf } from '../../boundary/outside';
+import { errorText, ownValue, textOf } from '../../boundary/outside';
 import { ServiceError, invalidInput } from '../../http/errors';
 import type { FileReference, OpenFile } from './rest-client';
 
@@ -16,6 +16,9 @@ export interface FileSource {
   openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
 }
 import { MIB, sizeText } from './size-text';
+
+/** The longest asset id kept from a message (a v2 output's id is base64url JSON and a signature, ~250 characters). */
+const MAX_ASSET_ID = 2048;
 
 function isReference(value: unknown): value is FileReference {
   return (
@@ -42,11 +45,16 @@ export function referencesOf(payload: unknown): FileReference[] {
     if (!isReference(item)) {
       throw invalidInput(`file reference ${index + 1} of msg.payload has no filename`);
     }
-    return {
+    const ref: FileReference = {
       filename: item.filename,
       subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
       type: typeof item.type === 'string' && item.type ? item.type : 'output',
     };
+    // What a Comfy API v2 server downloads a file by: without it, an await's result could not be downloaded.
+    const assetId = ownValue(item, 'asset_id');
+    if (typeof assetId === 'string' && assetId !== '' && assetId.length <= MAX_ASSET_ID)
+      ref.asset_id = assetId;
+    return ref;
   });
 }
 
