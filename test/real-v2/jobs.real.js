@@ -61,6 +61,10 @@ describe('real Comfy API v2: a job through a flow', function () {
     assert.equal(downloaded.payload.readUInt32BE(16), 128);
     assert.equal(downloaded.payload.readUInt32BE(20), 128);
 
+    if (v2.token) {
+      for (const msg of [done, downloaded, ...progress])
+        assert.ok(!JSON.stringify(msg).includes(v2.token), `the token in a ${msg.topic ?? 'result'} msg`);
+    }
     const lastProgress = Math.max(...progress.map((msg) => msg.receivedAt));
     process.stdout.write(
       `      (submit answered in ${answeredAt - sentAt} ms; result ${done.receivedAt - sentAt} ms after the submit, ` +
@@ -109,6 +113,7 @@ describe('real Comfy API v2: a job through a flow', function () {
     assert.equal(caught.error.cause?.body?.error?.type, 'invalid_workflow', JSON.stringify(caught.error));
     assert.deepEqual(caught.error.cause?.body?.node_errors, {}, JSON.stringify(caught.error));
     assert.equal(out.submitted.received.length, 0);
+    if (v2.token) assert.ok(!JSON.stringify(caught).includes(v2.token), 'the token is in no msg');
   });
 
   it('a value the server refuses names the node and the input (node_errors read)', async () => {
