@@ -617,6 +617,7 @@ async function startEverything({ services, children, port, userDir, reset, isSto
 module.exports = {
   buildFlows,
   buildCredentials,
+  encryptCredentials,
   decryptCredentials,
   readExamples,
   prepareUserDir,

@@ -129,6 +129,21 @@ describe('generation REST pieces', () => {
     assert.throws(() => referencesOf(42), /must be a file reference/);
   });
 
+  it("keeps a v2 output's asset_id (what downloads it), and only a text of bounded length", () => {
+    // An await's result on a Comfy API v2 server: each file names its asset (as the real proxy's outputs do).
+    const ref = { filename: 'v2_00001_.png', subfolder: '', type: 'output', asset_id: 'eyJqIjogIjEifQ.c2ln' };
+    assert.deepEqual(referencesOf({ files: [ref] }), [ref]);
+    assert.deepEqual(referencesOf({ filename: 'a.png', asset_id: 7 }), [
+      { filename: 'a.png', subfolder: '', type: 'output' },
+    ]);
+    assert.deepEqual(referencesOf({ filename: 'a.png', asset_id: 'x'.repeat(2049) }), [
+      { filename: 'a.png', subfolder: '', type: 'output' },
+    ]);
+    const inherited = Object.create({ asset_id: 'from-the-prototype' });
+    inherited.filename = 'a.png';
+    assert.deepEqual(referencesOf(inherited), [{ filename: 'a.png', subfolder: '', type: 'output' }]);
+  });
+
   it('keeps saved files inside their directory', () => {
     assert.equal(targetPath('/tmp/out', 'a.png'), '/tmp/out/a.png');
     for (const name of ['', '.', '..', '../a', 'a/b', 'a\\b', '/etc/x', 'a\u0000b', 'a\nb']) {

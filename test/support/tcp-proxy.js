@@ -13,11 +13,12 @@ const REFUSAL =
   'WebSocket upgrade refused';
 
 /**
- * Starts a proxy to `target` ({host, port}). Resolves to
- * `{port, url, open, cutAll(), refuseUpgrades(on), blockNew(on), loseAnswerTo(pattern), counters, close()}` where
+ * Starts a proxy to `target` ({host, port}). Resolves to `{port, url, open, cutAll(), refuseUpgrades(on),
+ * blockNew(on), loseAnswerTo(pattern), cutBodyOf(pattern), counters, close()}` where
  * `open` is the number of connections open now (both sides) and `counters` holds `connections` (accepted),
  * `upgrades` (connections that asked for a WebSocket and were passed on), `upgradesRefused`, `dropped`
- * (connections dropped by blockNew), `cuts` (calls of cutAll) and `answersLost`.
+ * (connections dropped by blockNew), `cuts` (calls of cutAll), `answersLost`, `bodiesCut` and `bytesToTarget`
+ * (every byte clients sent on to the target).
  */
 async function startTcpProxy(target) {
   const sockets = new Set();
@@ -25,7 +26,18 @@ async function startTcpProxy(target) {
   let blocking = false;
   /** The next request whose text matches this is passed on and its answer lost (loseAnswerTo). */
   let answerToLose;
-  const counters = { connections: 0, upgrades: 0, upgradesRefused: 0, dropped: 0, cuts: 0, answersLost: 0 };
+  /** The next request whose head matches this is passed on without its body, then cut (cutBodyOf). */
+  let bodyToCut;
+  const counters = {
+    connections: 0,
+    upgrades: 0,
+    upgradesRefused: 0,
+    dropped: 0,
+    cuts: 0,
+    answersLost: 0,
+    bodiesCut: 0,
+    bytesToTarget: 0,
+  };
 
   function track(socket) {
     sockets.add(socket);
@@ -41,19 +53,33 @@ async function startTcpProxy(target) {
     // A request that loseAnswerTo names is passed on whole; its answer is not: the connection is cut as the
     // server starts answering (the server has acted on it, the client never hears).
     let losing = false;
+    let cut = false;
     const watch = (chunk) => {
-      if (!losing && answerToLose && answerToLose.test(chunk.toString('latin1'))) {
+      const text = chunk.toString('latin1');
+      if (!losing && answerToLose && answerToLose.test(text)) {
         answerToLose = undefined;
         losing = true;
         counters.answersLost++;
       }
+      // A request cutBodyOf names: its head goes on, its body never does, and the connection is cut.
+      const headEnd = text.indexOf('\r\n\r\n');
+      if (bodyToCut && headEnd >= 0 && bodyToCut.test(text.slice(0, headEnd))) {
+        bodyToCut = undefined;
+        cut = true;
+        counters.bodiesCut++;
+        return chunk.subarray(0, headEnd + 4);
+      }
+      return chunk;
     };
-    watch(head);
-    if (head.length > 0) upstream.write(head);
-    client.on('data', (chunk) => {
-      watch(chunk);
-      upstream.write(chunk);
-    });
+    const forward = (chunk) => {
+      if (cut) return;
+      const passed = watch(chunk);
+      counters.bytesToTarget += passed.length;
+      if (passed.length > 0) upstream.write(passed);
+      if (cut) setTimeout(() => (client.destroy(), upstream.destroy()), 100);
+    };
+    forward(head);
+    client.on('data', forward);
     upstream.on('data', (chunk) => {
       if (losing) {
         client.destroy();
@@ -131,6 +157,13 @@ async function startTcpProxy(target) {
      */
     loseAnswerTo(pattern) {
       answerToLose = pattern;
+    },
+    /**
+     * The next request whose head matches `pattern` reaches the server without its body, and the connection is
+     * cut a moment later: a request the server never acted on, though the client cannot know that.
+     */
+    cutBodyOf(pattern) {
+      bodyToCut = pattern;
     },
     /** Stops listening and destroys every open connection. */
     close() {

@@ -6,7 +6,7 @@
  */
 
 import { titleOf, type WorkflowNode } from '../workflows/workflow';
-import { setOwn } from '../../boundary/outside';
+import { ownValue, setOwn } from '../../boundary/outside';
 
 export type JobOutputs = Record<string, Record<string, unknown>>;
 
@@ -16,6 +16,14 @@ export interface FileReference {
   type: string;
   /** The server's id of the file where it names files by id (Comfy API v2's assets): what downloads it. */
   asset_id?: string;
+}
+
+/** The longest asset id kept (v2's output ids are signed base64 text, often past 200 characters). */
+export const MAX_ASSET_ID = 2048;
+
+/** A file's asset id from outside: non-empty text within the bound, else none. */
+export function assetIdOf(value: unknown): string | undefined {
+  return typeof value === 'string' && value !== '' && value.length <= MAX_ASSET_ID ? value : undefined;
 }
 
 /**
@@ -65,7 +73,8 @@ export function filesOf(outputs: JobOutputs, choice: FileChoice = {}): FileRefer
           subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
           type: typeof item.type === 'string' ? item.type : 'output',
         };
-        if (typeof item.asset_id === 'string' && item.asset_id !== '') ref.asset_id = item.asset_id;
+        const assetId = assetIdOf(ownValue(item, 'asset_id'));
+        if (assetId !== undefined) ref.asset_id = assetId;
         if (choice.savedOnly && ref.type !== 'output') continue;
         const key = `${ref.type}/${ref.subfolder}/${ref.filename}`;
         if (seen.has(key)) continue;

@@ -7,8 +7,9 @@ import { createWriteStream, type Stats } from 'node:fs';
 import { link, lstat, mkdir, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { errorText, textOf } from '../../boundary/outside';
+import { errorText, ownValue, textOf } from '../../boundary/outside';
 import { ServiceError, invalidInput } from '../../http/errors';
+import { assetIdOf } from '../jobs/job-outputs';
 import type { FileReference, OpenFile } from './rest-client';
 
 /** What opens a job's output file for reading: the connection's dialect. */
@@ -16,6 +17,8 @@ export interface FileSource {
   openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
 }
 import { MIB, sizeText } from './size-text';
+
+/** The longest asset id kept from a message (a v2 output's id is base64url JSON and a signature, ~250 characters). */
 
 function isReference(value: unknown): value is FileReference {
   return (
@@ -47,8 +50,9 @@ export function referencesOf(payload: unknown): FileReference[] {
       subfolder: typeof item.subfolder === 'string' ? item.subfolder : '',
       type: typeof item.type === 'string' && item.type ? item.type : 'output',
     };
-    // A Comfy API v2 output is fetched by its asset id (job-outputs.ts keeps it in a result's files).
-    if (typeof item.asset_id === 'string' && item.asset_id !== '') ref.asset_id = item.asset_id;
+    // What a Comfy API v2 server downloads a file by: without it, an await's result could not be downloaded.
+    const assetId = assetIdOf(ownValue(item, 'asset_id'));
+    if (assetId !== undefined) ref.asset_id = assetId;
     return ref;
   });
 }

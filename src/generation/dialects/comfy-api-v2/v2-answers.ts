@@ -13,7 +13,7 @@ import { isRecord } from '../../../boundary/json-values';
 import { ownValue, readOk, textOf, unreadable, type Read } from '../../../boundary/outside';
 import { dropOne, readJobId, type Dropped } from '../../jobs/job-ids';
 import type { EndedAnswer, ExecutionError, LookupAnswer, QueueRead, Unreadable } from '../../jobs/job-lookup';
-import type { JobOutputs } from '../../jobs/job-outputs';
+import { MAX_ASSET_ID, type JobOutputs } from '../../jobs/job-outputs';
 import type { QueueState } from '../../transfer/rest-client';
 import { outputsOf, type V2OutputItem } from './v2-outputs';
 
@@ -36,7 +36,7 @@ export const V2_LIMITS = {
   /** A status word kept for messages (v2's longest is 9 characters). */
   word: 100,
   /** An asset id: a v2 output's id is base64url JSON (job, file name, subfolder, type) and a signature. */
-  assetId: 2048,
+  assetId: MAX_ASSET_ID,
   /** A node id (ComfyUI's are short numbers). */
   nodeId: 200,
   /** A file's name or an asset's path. */

@@ -290,6 +290,9 @@ export class V2EventStreams implements JobEventSource {
       busyMaxMs,
       maxEventBytes: this.maxEventBytes,
       onEvent: (event) => this.onSseEvent(follow, stream, event),
+      onOpen: () => {
+        this.stats.streamsOpened += 1;
+      },
     });
     follow.stream = stream;
     this.streamsOpen += 1;

@@ -41,6 +41,8 @@ export interface JobStreamOptions {
   maxEventBytes: number;
   /** Each SSE event read, until the stream is stopped. */
   onEvent(event: SseEvent): void;
+  /** The server opened the stream (a 200 event stream), before its first event. */
+  onOpen?(): void;
 }
 
 /** The error statuses read here; any other is a failure the HTTP client words. */
@@ -106,6 +108,7 @@ export class JobStream {
       return { kind: 'failed', reason: `the answer is ${type || 'untyped'}, not an event stream` };
     }
     this.openedAt = Date.now();
+    this.options.onOpen?.();
     const reader = new SseReader(
       (event) => {
         if (!this.stopped) this.options.onEvent(event);
