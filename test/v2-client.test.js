@@ -618,13 +618,11 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(read.ended.get(failed.id).error.exception_type, 'KSampler');
       assert.deepEqual(read.ended.get(gone.id), { kind: 'unknown' });
       assert.equal(read.ended.get(cancelled.id).phase, 'cancelled');
-      // Two reads made together: the active jobs, and the newest ended ones with their outputs.
+      // One page of the newest jobs, all statuses: a list filtered by status costs the proxy a ComfyUI request
+      // for every job it knows; the page, one for each job on it. Sized by the jobs awaited (none here: 10).
       assert.deepEqual(
-        server
-          .requestsTo('GET', '/api/v2/jobs')
-          .map((request) => new URL(request.url, 'http://x').searchParams.get('status'))
-          .sort(),
-        ['queued,running,canceling', 'succeeded,failed,canceled,expired'],
+        server.requestsTo('GET', '/api/v2/jobs').map((request) => request.url),
+        ['/api/v2/jobs?limit=10'],
       );
 
       // Given the shared read, a job it names is answered with no request of its own.
@@ -638,24 +636,25 @@ describe('Comfy API v2 REST client', () => {
       assert.equal(server.requests.length, before + 1);
     });
 
-    it('says a list is only a page when its active jobs fill it or it is truncated', async () => {
+    it('says a list is only a page when it is full or truncated, and asks a job a full page leaves out by id only after a wait', async () => {
       const lookup = new V2Lookup(client);
-      for (let n = 0; n < 100; n++) server.addJob({ status: 'succeeded' });
-      assert.equal(
-        (await lookup.queue()).partial,
-        undefined,
-        'ended jobs do not fill the page of active ones',
-      );
-      for (let n = 0; n < 100; n++) server.addJob({ status: 'queued' });
-      const page = await lookup.queue();
+      for (let n = 0; n < 30; n++) server.addJob({ status: 'succeeded' });
+      const old = server.jobs[29];
+      // 5 jobs awaited: a page of 20, full.
+      const page = await lookup.queue(undefined, 5);
+      assert.equal(server.requests.at(-1).url, '/api/v2/jobs?limit=20');
       assert.equal(page.partial, true);
-      // A job neither on the page nor among the newest ended is not asked about: it may wait further back.
-      const before = server.requests.length;
-      const answer = await lookup.status(randomUUID(), undefined, async () => page);
+      // A job a full page does not name is not asked about at once: newer jobs may have pushed it off.
+      let before = server.requests.length;
+      const answer = await lookup.status(old.id, undefined, async () => page);
       assert.equal(answer.reason, 'unlisted');
       assert.equal(server.requests.length, before);
-      server.jobs.splice(0, 150);
-      assert.equal((await lookup.queue()).partial, undefined);
+      // A page large enough for every job: not partial.
+      assert.equal((await lookup.queue(undefined, 20)).partial, undefined);
+      assert.equal(server.requests.at(-1).url, '/api/v2/jobs?limit=50');
+      before = server.requests.length;
+      assert.equal((await lookup.status(old.id, undefined, async () => page)).reason, 'unlisted');
+      assert.equal(server.requests.length, before);
       server.hook = (req, body, res, url) => {
         if (url.pathname !== '/api/v2/jobs') return false;
         server.send(res, 200, { jobs: server.jobs.slice(0, 10), truncated: true });

@@ -37,8 +37,11 @@ export interface JobLookupPort {
    * list read also carries ended jobs answers from it without a request of its own.
    */
   status(promptId: string, signal?: AbortSignal, readQueue?: () => Promise<QueueRead>): Promise<LookupAnswer>;
-  /** The jobs waiting and running, in one read for all; unreadable is never an empty queue. */
-  queue(signal?: AbortSignal): Promise<QueueRead>;
+  /**
+   * The jobs waiting and running, in one read for all; unreadable is never an empty queue. `jobs`: how many
+   * awaited jobs the read answers for (a dialect that reads a page of jobs sizes it by that).
+   */
+  queue(signal?: AbortSignal, jobs?: number): Promise<QueueRead>;
   /** An ended job's outputs and error. */
   ended(promptId: string, signal?: AbortSignal): Promise<EndedAnswer>;
   /** A recent job's run time, for wait estimates; undefined where the server does not say. */

@@ -388,7 +388,7 @@ export class JobBook implements LifeHost {
     const now = Date.now();
     if (!this.queueRead || now - this.queueRead.at >= this.timings.queueFreshMs) {
       const read = this.connection.lookup
-        .queue(this.aborter.signal)
+        .queue(this.aborter.signal, this.watches.size)
         .then(async (answer) => {
           if (answer.kind === 'read') await this.placeWaiting(answer);
           return answer;

@@ -4,7 +4,7 @@
  * (job-life.ts) act on them as on the socket's. It implements the book's JobEventSource.
  * A v2 job never depends on its stream: this source is never `isOpen` (state `idle`, epoch 1), so the book polls
  * every job whatever the streams do. A stream only brings progress and previews sooner, and an early "ask now"
- * (`askNow`, after telling its users the queue moved, so the book reads the jobs anew) when it sees the job
+ * (`askNow`: the book asks about that job alone, not a shared list read from before) when it sees the job
  * end, when it ends before the job did (the proxy may end one with `status
  * running`, or when the ComfyUI behind it goes away), or when the server no longer knows the job (404).
  * Streams are scarce: the proxy allows 8 for all its callers together (a 9th gets 429 `too_many_streams`), so a
@@ -429,18 +429,8 @@ export class V2EventStreams implements JobEventSource {
     }
     if (final && !stream.final) {
       stream.final = true;
-      this.queueMoved();
       this.ask(follow);
     }
-  }
-
-  /**
-   * A job ended: the server's queue moved, as today's socket says with a `status` event. Its users (the job book)
-   * then read the jobs anew: a list read from before the end, still fresh enough to be shared, would say the job
-   * runs, and its end would wait for the next poll (seconds) though its stream told it at once.
-   */
-  private queueMoved(): void {
-    for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(undefined, {}));
   }
 
   private dispatch(follow: Follow, event: SocketEvent): void {

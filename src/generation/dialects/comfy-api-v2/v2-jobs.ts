@@ -12,6 +12,7 @@
  * is whole, or reaches back past a job this client saw created before the submit left (the list is newest
  * first). No Node-RED inside.
  */
+import { isTerminal } from '../../jobs/status-words';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { HttpClient } from '../../../http/client';
@@ -97,27 +98,37 @@ async function getJob(
   }
 }
 
-/**
- * The JobLookupPort of a v2 server. One list read (`GET /api/v2/jobs?limit=100`, all statuses, newest first)
- * answers for every job it names, ended ones included; a job it does not name is asked about on its own.
- */
-/** The status filters of the two list reads: the jobs still to end, and the ended ones. */
-const ACTIVE_WORDS = 'queued,running,canceling';
-/** How long a job no page names waits before it is asked by id (and between two such asks). */
+/** How long a job no page names waits before it is first asked by id; the wait doubles up to the longest. */
 const UNLISTED_ASK_MS = 5_000;
+const UNLISTED_ASK_MAX_MS = 60_000;
 const MAX_UNLISTED = 100_000;
-const ENDED_WORDS = 'succeeded,failed,canceled,expired';
+/** The page of newest jobs read for the awaited ones: twice their number and ten more, within 10..100. */
+const PAGE_MIN = 10;
+
+/** A job no page named: when it may next be asked by id, and the wait after that. */
+interface Unlisted {
+  askAt: number;
+  waitMs: number;
+}
+
+/**
+ * The JobLookupPort of a v2 server. One list read of the newest jobs (`GET /api/v2/jobs?limit=<page>`, all
+ * statuses, newest first) answers for every awaited job it names, ended ones with their outputs. Not a list
+ * filtered by status: the proxy reads every job it knows (up to 500, one ComfyUI request each) to answer one,
+ * whatever its limit, where an unfiltered page costs one ComfyUI request per job on it (measured: `limit=100`
+ * took 0.1-0.2 s idle, 1 s busy; one job by id about 5 ms). So the page is as small as the awaited jobs allow.
+ */
 
 export class V2Lookup implements JobLookupPort {
   private readonly listBytes: number;
   /**
-   * Jobs a partial read did not name, with when they were first (or last asked) so: asked by id once that is
-   * `UNLISTED_ASK_MS` ago. A page can stay partial for good (the proxy scans its newest 500 jobs and says
-   * `truncated` when it stopped looking), so a job it never names must still be asked; but not at once, nor
-   * at every poll: a job just submitted is known to exist, and one that ends is most often found among the
-   * newest ended meanwhile.
+   * Jobs a full page did not name (newer jobs, ours or others', pushed them off it): asked by id `UNLISTED_ASK_MS`
+   * after they were first missed, then at doubling waits up to `UNLISTED_ASK_MAX_MS`. A job must still be asked
+   * (a page may never name it again), but not at once nor at every poll: a job just submitted is known to
+   * exist, and thousands awaited at once would each cost a request a poll. A job asked and found, or named by a
+   * page again, starts over.
    */
-  private readonly unlistedSince = new Map<string, number>();
+  private readonly unlisted = new Map<string, Unlisted>();
 
   constructor(
     private readonly http: HttpClient,
@@ -145,69 +156,52 @@ export class V2Lookup implements JobLookupPort {
         if (read.pending.has(promptId)) return { kind: 'phase', phase: 'pending' };
         const ended = read.ended?.get(promptId);
         if (ended) return ended;
-        // Neither active on a page of 100 active jobs nor among the newest ended: it may wait further back in a
-        // long queue. Asked by its id only once the page holds every active job (then it is not active).
+        // Not on a full page of the newest jobs: newer ones pushed it off. Asked by its id, but not at every poll.
         if (read.partial && this.waitUnlisted(promptId)) {
           return {
             kind: 'unreadable',
             reason: 'unlisted',
-            message: `job ${promptId} is not among the ${V2_LIST_LIMIT} newest active jobs`,
+            message: `job ${promptId} is not on the page of the newest jobs`,
           };
         }
       }
     }
     const got = await getJob(this.http, promptId, signal, `checking job ${promptId}`);
-    if (got.kind === 'body' || got.kind === 'missing') this.unlistedSince.delete(promptId);
-    if (got.kind === 'body') return answerOfJobBody(got.body);
-    return got.kind === 'missing' ? { kind: 'unknown' } : got;
+    const answer: LookupAnswer =
+      got.kind === 'body' ? answerOfJobBody(got.body) : got.kind === 'missing' ? { kind: 'unknown' } : got;
+    // Still to end: its wait (if a page missed it) goes on growing. Ended or unknown: it is not asked again.
+    if (answer.kind === 'unknown' || (answer.kind === 'phase' && isTerminal(answer.phase)))
+      this.unlisted.delete(promptId);
+    return answer;
   }
 
-  /** Whether an unlisted job waits longer before it is asked by id (see `unlistedSince`). */
+  /** Whether a job no page named waits longer before it is asked by id (see `unlisted`). */
   private waitUnlisted(promptId: string, now = Date.now()): boolean {
-    const since = this.unlistedSince.get(promptId);
-    if (since === undefined) {
+    const mark = this.unlisted.get(promptId);
+    if (mark === undefined) {
       // Bounded: the oldest marks go first (a job whose await left never comes back to clear its own).
-      const oldest = this.unlistedSince.keys().next();
-      if (this.unlistedSince.size >= MAX_UNLISTED && !oldest.done) this.unlistedSince.delete(oldest.value);
-      this.unlistedSince.set(promptId, now);
+      const oldest = this.unlisted.keys().next();
+      if (this.unlisted.size >= MAX_UNLISTED && !oldest.done) this.unlisted.delete(oldest.value);
+      this.unlisted.set(promptId, { askAt: now + UNLISTED_ASK_MS, waitMs: UNLISTED_ASK_MS });
       return true;
     }
-    if (now - since < UNLISTED_ASK_MS) return true;
-    // Asked now; asked again no sooner than as long again.
-    this.unlistedSince.delete(promptId);
-    this.unlistedSince.set(promptId, now);
+    if (now < mark.askAt) return true;
+    mark.waitMs = Math.min(UNLISTED_ASK_MAX_MS, mark.waitMs * 2);
+    mark.askAt = now + mark.waitMs;
     return false;
   }
 
   /**
-   * Our jobs in two list requests made together, for every awaited job at once: the active ones (waiting,
-   * running, canceling; a page of 100, `partial` when full) and the newest ended ones, with their outputs and
-   * errors. Jobs end in about the order they were made, so the newest ended are the ones that ended lately: a
-   * job that ended since the last read is usually there, and costs no request of its own. Unreadable when the
-   * active jobs cannot be read (never an empty queue); the ended ones are only a saving.
+   * The newest jobs in one request, for every awaited job at once (`jobs` of them: the page holds twice as many
+   * and ten more, at most 100), waiting, running and ended, with outputs and errors. `partial` when the page is
+   * full: a job it does not name may be older. Unreadable when it cannot be read (never an empty queue).
    */
-  async queue(signal?: AbortSignal): Promise<QueueRead> {
-    const [active, ended] = await Promise.all([
-      this.list(ACTIVE_WORDS, signal),
-      this.list(ENDED_WORDS, signal).catch((error: unknown): QueueRead => {
-        if (signal?.aborted) throw error;
-        return unreadableOf(error);
-      }),
-    ]);
-    if (active.kind !== 'read' || ended.kind !== 'read' || !ended.ended) return active;
-    const known = active.ended ?? new Map<string, LookupAnswer>();
-    for (const [id, answer] of ended.ended) {
-      if (!active.running.has(id) && !active.pending.has(id) && !known.has(id)) known.set(id, answer);
-    }
-    active.ended = known;
-    return active;
-  }
-
-  private async list(status: string, signal?: AbortSignal): Promise<QueueRead> {
+  async queue(signal?: AbortSignal, jobs = 0): Promise<QueueRead> {
+    const limit = Math.min(V2_LIST_LIMIT, Math.max(PAGE_MIN, 2 * jobs + PAGE_MIN));
     let body: unknown;
     try {
       ({ body } = await this.http.json<unknown>('/api/v2/jobs', {
-        query: { status, limit: V2_LIST_LIMIT },
+        query: { limit },
         signal,
         action: 'listing the jobs',
         maxBytes: this.listBytes,
@@ -216,7 +210,13 @@ export class V2Lookup implements JobLookupPort {
       if (signal?.aborted) throw error;
       return unreadableOf(error);
     }
-    return queueReadOfBody(body, V2_LIST_LIMIT);
+    const read = queueReadOfBody(body, limit);
+    if (read.kind === 'read') {
+      for (const id of read.running) this.unlisted.delete(id);
+      for (const id of read.pending) this.unlisted.delete(id);
+      if (read.ended) for (const id of read.ended.keys()) this.unlisted.delete(id);
+    }
+    return read;
   }
 
   /** An ended job's outputs and error, from `GET /api/v2/jobs/{id}`; none for a job the service forgot. */
