@@ -12,7 +12,7 @@ const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { solidPng } = require('../scripts/start.js');
-const { textToImage } = require('./support/node-red');
+const { statuses, textToImage } = require('./support/node-red');
 const {
   NODES,
   prepare,
@@ -228,6 +228,35 @@ describe('examples on Comfy API v2: each generation example against the sandbox 
       /^graph-gen-queue: Comfy API v2 has no interrupt: cancel the job by its id/,
     );
     assert.deepStrictEqual(interrupted, []);
+  });
+
+  it('09-job-events: a job another program ran through the v2 server is saved and logged', async () => {
+    const { nodes, credentials } = prepare('09-job-events', dir, V2_CONFIG);
+    await helper.load(NODES, nodes, credentials);
+    const shown = statuses(nodes.find((node) => node.type === 'graph-gen-job-events').id);
+    const saved = messages(byName(nodes, 'helper', 'saved picture'), 1, 20_000);
+    for (let waited = 0; !shown.some((status) => status.text === 'watching'); waited += 10) {
+      assert.ok(waited < 8000, 'the job events node did not start watching');
+      await sleep(10);
+    }
+    // Another program submits through the same v2 server (no graph-gen key in its metadata).
+    const answer = await fetch(`${sandbox.url}/api/v2/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        workflow: {
+          5: { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 64, batch_size: 1 } },
+          9: { class_type: 'SaveImage', inputs: { filename_prefix: 'elsewhere', images: ['5', 0] } },
+        },
+      }),
+    });
+    assert.strictEqual(answer.status, 201);
+    const job = await answer.json();
+    const msg = await orNodeErrors(saved);
+    assert.strictEqual(msg.prompt_id, job.id);
+    assert.strictEqual(msg.topic, 'completed');
+    assert.ok(msg.filename.startsWith(path.join(dir, `${job.id}-elsewhere`)), msg.filename);
+    assert.deepStrictEqual(fs.readFileSync(msg.filename).subarray(1, 4).toString(), 'PNG');
   });
 
   it('08-prompt-to-picture-page: the queue list cancels a job it shows or refreshes, and nothing else a browser sends', async () => {

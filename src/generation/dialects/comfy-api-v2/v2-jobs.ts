@@ -99,7 +99,7 @@ async function getJob(
 }
 
 /** How long a job no page names waits before it is first asked by id; the wait doubles up to the longest. */
-const UNLISTED_ASK_MS = 5_000;
+const UNLISTED_ASK_MS = 2_000;
 const UNLISTED_ASK_MAX_MS = 60_000;
 const MAX_UNLISTED = 100_000;
 /** The page of newest jobs read for the awaited ones: twice their number and ten more, within 10..100. */
