@@ -2,26 +2,18 @@
 // Talking to the real Comfy API v2 server directly (not through our nodes): reading a job as the server tells it,
 // listing what it ran, and cleaning up after a test; plus the workflows the tests run, all image-only (no model
 // weights, CPU only).
-const crypto = require('node:crypto');
+const {
+  sleep,
+  until,
+  uniquePrefix,
+  uniqueColor,
+  quickJob,
+  blurJob,
+} = require('../../real/support/workflows');
 const { v2 } = require('./v2');
 
 /** Every job id a test made; afterEach cancels what is still waiting or running. */
 const made = new Set();
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** Polls `check` (sync or async) until it returns a truthy value, which it resolves to; fails after `ms`. */
-async function until(check, what, ms = 15_000, every = 50) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(every);
-  }
-}
 
 /** One request to the proxy, with its token; resolves to {status, body} (body parsed when JSON, else text). */
 async function api(route, { method = 'GET', body } = {}) {
@@ -101,52 +93,7 @@ async function settle() {
 
 /** A unique filename prefix (ComfyUI numbers files per prefix; unique ones keep tests apart). */
 function prefix(name) {
-  return `v2real-${name}-${Date.now().toString(36)}${crypto.randomBytes(2).toString('hex')}`;
-}
-
-/** A unique colour: ComfyUI caches every node's result by its inputs, and a graph it ran before ends at once. */
-function uniqueColor() {
-  return crypto.randomInt(0, 16_777_216);
-}
-
-/** EmptyImage -> SaveImage "9": about 0.1 s. */
-function quickJob(filenamePrefix, { size = 16 } = {}) {
-  return {
-    1: {
-      class_type: 'EmptyImage',
-      inputs: { width: size, height: size, batch_size: 1, color: uniqueColor() },
-    },
-    9: { class_type: 'SaveImage', inputs: { filename_prefix: filenamePrefix, images: ['1', 0] } },
-  };
-}
-
-/**
- * The slow graph of this suite, CPU only and without model weights: EmptyImage 256x256 -> `blurs` ImageBlur
- * (radius 15, about 1.2 s each on 2 cores) -> SaveImage "9". A chain of short nodes rather than one long one: a
- * cancel takes effect between nodes, so it lands within a second or so. `size` 64 and `radius` 3 make a job of
- * about 0.2 s that still sends live progress.
- */
-function blurJob(filenamePrefix, { blurs = 4, size = 256, radius = 15 } = {}) {
-  const workflow = {
-    1: {
-      class_type: 'EmptyImage',
-      inputs: { width: size, height: size, batch_size: 1, color: uniqueColor() },
-    },
-  };
-  let previous = '1';
-  for (let index = 0; index < blurs; index++) {
-    const id = String(10 + index);
-    workflow[id] = {
-      class_type: 'ImageBlur',
-      inputs: { image: [previous, 0], blur_radius: radius, sigma: 1.0 },
-    };
-    previous = id;
-  }
-  workflow[9] = {
-    class_type: 'SaveImage',
-    inputs: { filename_prefix: filenamePrefix, images: [previous, 0] },
-  };
-  return workflow;
+  return uniquePrefix('v2real', name);
 }
 
 /**

@@ -1,6 +1,7 @@
 'use strict';
-// Node-RED flows for the real-server tests: our nodes from dist/ plus Node-RED's catch node, one config node
-// `cfg` (no API key: a self-hosted server), and helpers that collect what reaches each end of the flow.
+// Node-RED flows for the real-server tests (test/real, and test/real-v2 through `flowKit`): our nodes from dist/
+// plus Node-RED's catch node, one config node `cfg` (here: no API key, a self-hosted server), and helpers that
+// collect what reaches each end of the flow.
 const helper = require('node-red-node-test-helper');
 const { coreNode } = require('../../support/node-red');
 const { made, until } = require('./server');
@@ -15,13 +16,29 @@ const NODES = [
   coreNode('common/25-catch.js'),
 ];
 
+const SINKS = ['submitted', 'done', 'failed', 'progress', 'queued', 'uploaded', 'downloaded', 'caught'];
+
+/** The server of test/real: a self-hosted ComfyUI, no key, today's API. */
+const SELF_HOSTED = {
+  label: 'real server',
+  configNode: (baseUrl) => ({
+    id: 'cfg',
+    type: 'graph-gen-config',
+    baseUrl,
+    partnerKeyField: 'api_key_service_org',
+  }),
+  credentials: {},
+  nodeProps: { submit: { partner: 'auto' }, queue: { action: 'list' } },
+};
+
 /**
  * A flow on one tab: config `cfg` at `baseUrl`; submit `submit` wired to await `await` and to helper
  * `submitted`; await's outputs to helpers `done`, `failed`, `progress`; queue `queue` to helper `queued`;
  * upload `upload` to `uploaded`; download `download` to `downloaded`; a Catch of the whole tab to `caught`.
- * `props` sets a node's own properties by id, e.g. `{ await: { timeout: '60' } }`.
+ * `props` sets a node's own properties by id, e.g. `{ await: { timeout: '60' } }`; `server` says which config
+ * node and which node settings its suite uses.
  */
-function realFlow(baseUrl, props = {}) {
+function realFlow(baseUrl, props = {}, server = SELF_HOSTED) {
   const z = 'real';
   const node = (id, type, wires, own = {}) => ({
     id,
@@ -32,13 +49,14 @@ function realFlow(baseUrl, props = {}) {
     y: 100,
     wires,
     ...own,
+    ...server.nodeProps[id],
     ...props[id],
   });
   const sink = (id) => ({ id, z, type: 'helper', x: 1, y: 1 });
   return [
-    { id: z, type: 'tab', label: 'real server' },
-    { id: 'cfg', type: 'graph-gen-config', baseUrl, partnerKeyField: 'api_key_service_org' },
-    node('submit', 'graph-gen-submit', [['await', 'submitted']], { partner: 'auto' }),
+    { id: z, type: 'tab', label: server.label },
+    server.configNode(baseUrl),
+    node('submit', 'graph-gen-submit', [['await', 'submitted']]),
     node('await', 'graph-gen-await-job', [['done'], ['failed'], ['progress']], {
       timeout: '0',
       timeoutType: 'num',
@@ -46,18 +64,18 @@ function realFlow(baseUrl, props = {}) {
       progress: false,
       previewRate: 2,
     }),
-    node('queue', 'graph-gen-queue', [['queued']], { action: 'list' }),
+    node('queue', 'graph-gen-queue', [['queued']]),
     node('upload', 'graph-gen-upload', [['uploaded']], { mode: 'image', overwrite: true }),
     node('download', 'graph-gen-download', [['downloaded']], { mode: 'buffer' }),
     { id: 'catcher', z, type: 'catch', scope: null, uncaught: false, x: 1, y: 1, wires: [['caught']] },
-    ...['submitted', 'done', 'failed', 'progress', 'queued', 'uploaded', 'downloaded', 'caught'].map(sink),
+    ...SINKS.map(sink),
   ];
 }
 
 /** Collects every msg a helper node receives. */
 function collect(id) {
   const received = [];
-  helper.getNode(id).on('input', (msg) => received.push(msg));
+  helper.getNode(id).on('input', (msg) => received.push({ ...msg, receivedAt: Date.now() }));
   return {
     received,
     /** The first msg (from now on, or already received) for which `match` holds; fails after `ms`. */
@@ -76,25 +94,14 @@ function collect(id) {
 }
 
 /**
- * Loads the flow (no credentials: a self-hosted server) and returns a collector per helper node. Every prompt
- * id the submit node sends is recorded, so afterEach can take the job off the server.
+ * Loads the flow (with the server's credentials: none for a self-hosted one) and returns a collector per helper
+ * node. Every job id the submit node sends is recorded in `jobsMade`, so afterEach can take the job off the server.
  */
-async function loadFlow(baseUrl, props) {
-  await helper.load(NODES, realFlow(baseUrl, props), { cfg: {} });
+async function loadFlow(baseUrl, props, server = SELF_HOSTED, jobsMade = made) {
+  await helper.load(NODES, realFlow(baseUrl, props, server), { cfg: server.credentials });
   const out = {};
-  for (const id of [
-    'submitted',
-    'done',
-    'failed',
-    'progress',
-    'queued',
-    'uploaded',
-    'downloaded',
-    'caught',
-  ]) {
-    out[id] = collect(id);
-  }
-  helper.getNode('submitted').on('input', (msg) => made.add(msg.prompt_id));
+  for (const id of SINKS) out[id] = collect(id);
+  helper.getNode('submitted').on('input', (msg) => jobsMade.add(msg.prompt_id));
   return out;
 }
 

@@ -2,6 +2,7 @@
 // Talking to the real server directly (not through our nodes): submitting as another client, reading a job's
 // state, and cleaning up after a test. Plus the workflows the tests run, all image-only (no model weights).
 const crypto = require('node:crypto');
+const { sleep, until, uniquePrefix, quickJob, blurJob } = require('./workflows');
 const { comfy } = require('./comfy');
 
 /** A client id that is not any config node's socket: the server sends this job's events to nobody here. */
@@ -9,21 +10,6 @@ const OTHER_CLIENT = `real-tests-other-${crypto.randomUUID()}`;
 
 /** Every prompt id a test made; afterEach removes what is still queued or running. */
 const made = new Set();
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** Polls `check` (sync or async) until it returns a truthy value, which it resolves to; fails after `ms`. */
-async function until(check, what, ms = 15_000, every = 50) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(every);
-  }
-}
 
 /** One request to the server; resolves to {status, body} (body parsed when JSON, else text). */
 async function api(route, { method = 'GET', body } = {}) {
@@ -98,59 +84,11 @@ async function settle() {
 
 /** A unique filename prefix (the server numbers files per prefix; unique ones keep tests apart). */
 function prefix(name) {
-  return `real-${name}-${Date.now().toString(36)}${crypto.randomBytes(2).toString('hex')}`;
+  return uniquePrefix('real', name);
 }
 
-/**
- * A unique colour: the server caches every node's result by its inputs, and a workflow it has run before
- * would finish at once from that cache.
- */
-function uniqueColor() {
-  return crypto.randomInt(0, 16_777_216);
-}
-
-/** EmptyImage -> SaveImage: about 0.1 s. */
-function quickJob(filenamePrefix, { size = 16 } = {}) {
-  return {
-    1: {
-      class_type: 'EmptyImage',
-      inputs: { width: size, height: size, batch_size: 1, color: uniqueColor() },
-    },
-    9: { class_type: 'SaveImage', inputs: { filename_prefix: filenamePrefix, images: ['1', 0] } },
-  };
-}
-
-/**
- * EmptyImage 256x256 -> `blurs` ImageBlur (radius 15, about 1.2 s each on a 2-core machine) -> SaveImage "9".
- * A chain of short nodes rather than one long one: an interrupt takes effect between nodes, so it lands
- * within a second or so. `saveEach` adds a SaveImage after every earlier blur too ("20", "21", ...): a job
- * that sends an output every second or so, so a socket that is down for a while misses some.
- */
-function longJob(filenamePrefix, { blurs = 4, saveEach = false } = {}) {
-  const workflow = {
-    1: { class_type: 'EmptyImage', inputs: { width: 256, height: 256, batch_size: 1, color: uniqueColor() } },
-  };
-  let previous = '1';
-  for (let index = 0; index < blurs; index++) {
-    const id = String(10 + index);
-    workflow[id] = {
-      class_type: 'ImageBlur',
-      inputs: { image: [previous, 0], blur_radius: 15, sigma: 1.0 },
-    };
-    if (saveEach && index < blurs - 1) {
-      workflow[20 + index] = {
-        class_type: 'SaveImage',
-        inputs: { filename_prefix: `${filenamePrefix}-${index}`, images: [id, 0] },
-      };
-    }
-    previous = id;
-  }
-  workflow[9] = {
-    class_type: 'SaveImage',
-    inputs: { filename_prefix: filenamePrefix, images: [previous, 0] },
-  };
-  return workflow;
-}
+/** The slow graph (support/workflows.js), by the name this suite's tests know it by. */
+const longJob = blurJob;
 
 module.exports = {
   OTHER_CLIENT,
