@@ -685,6 +685,13 @@ describe('the generation nodes on Comfy API v2 (sandbox v2 mode, real Node-RED)'
       assert.equal(wrong.body.ok, false);
       assert.equal(wrong.body.code, 'unauthorized');
       assert.equal(JSON.stringify(wrong.body).includes('a-wrong-token'), false);
+      // The token as an API key (X-API-Key): the sentence says v2 takes a bearer token.
+      const asKey = await post('test', { ...v2Settings(), id: 'typed', authType: 'apiKey', apiKey: TOKEN });
+      assert.deepEqual(asKey.body, {
+        ok: false,
+        code: 'unauthorized',
+        message: `${host} speaks Comfy API v2, which takes a bearer token (Authorization: Bearer): choose "Bearer token" as the authentication and enter the server's token.`,
+      });
       for (const authType of ['bearer', 'apiKey']) {
         const todays = await post('test', { ...v2Settings(), dialect: 'comfyui', authType, apiKey: TOKEN });
         assert.deepEqual(todays.body, {

@@ -81,7 +81,10 @@ export async function checkConnection(target: CheckTarget): Promise<ConnectionCh
         ? error
         : new ServiceError('network', client.cleanForReport(errorText(error)));
     const sentences: Partial<Record<string, string>> = {
-      unauthorized: credential.refusedBy(host),
+      unauthorized:
+        target.dialect === 'comfy-api-v2' && credential.scheme !== 'bearer'
+          ? `${host} speaks Comfy API v2, which takes a bearer token (Authorization: Bearer): choose "Bearer token" as the authentication and enter the server's token.`
+          : credential.refusedBy(host),
       network: failedOnTheWay(serviceError)
         ? `${capitalised(serviceError.message)}.`
         : `${host} could not be reached: check the address and that the service is running.`,
