@@ -268,6 +268,9 @@ describe('job events on Comfy API v2', function () {
     // Another Node-RED's graph-gen writes the same metadata: it may be ours whose answer is on its way, so it
     // is decided a moment later, then told each step in order.
     const otherGraphGen = await submitAsOther(sandbox, textToImage(), { metadata: 'graph-gen:another-key' });
+    // One with this config node's client id in its metadata (submitted before a restart, say): ours, at once.
+    const clientId = helper.getNode('cfg').connection.clientId;
+    const oursBefore = await submitAsOther(sandbox, textToImage(), { metadata: `graph-gen:${clientId}:k` });
     const firstMet = Date.now();
     await toldOf(out, theirs, 'completed');
     await toldOf(out, otherGraphGen, 'completed');
@@ -277,6 +280,9 @@ describe('job events on Comfy API v2', function () {
     assert.deepEqual(topicsOf(out, theirs), ['queued', 'started', 'completed']);
     assert.deepEqual(topicsOf(out, otherGraphGen), ['queued', 'started', 'completed']);
     assert.deepEqual(topicsOf(out, ours), []);
+    await ended(sandbox, oursBefore);
+    await looksPass();
+    assert.deepEqual(topicsOf(out, oursBefore), []);
   });
 
   for (const [trouble, makeFault] of [

@@ -44,7 +44,7 @@ export class ComfyApiV2Dialect implements ServerDialect {
 
   constructor(private readonly parts: DialectParts) {
     this.lookup = new V2Lookup(parts.http, { listBytes: parts.listBytes });
-    this.jobs = new V2Jobs(parts.http, { listBytes: parts.listBytes });
+    this.jobs = new V2Jobs(parts.http, { listBytes: parts.listBytes, clientId: parts.clientId });
     this.files = new V2Files(parts.http);
   }
 
@@ -90,7 +90,12 @@ export class ComfyApiV2Dialect implements ServerDialect {
   /** The job-events node's reader: the list of our jobs, polled (v2-job-watch.ts). */
   jobWatch(parts: JobWatchParts): V2JobWatch {
     return new V2JobWatch(
-      { http: this.parts.http, lookup: this.lookup, listBytes: this.parts.listBytes },
+      {
+        http: this.parts.http,
+        lookup: this.lookup,
+        listBytes: this.parts.listBytes,
+        clientId: this.parts.clientId,
+      },
       parts,
     );
   }

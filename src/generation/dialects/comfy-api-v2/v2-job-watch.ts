@@ -18,13 +18,13 @@
  *   server's own page, or programs that speak today's API to the ComfyUI behind it, are not seen at all.
  *
  * Who submitted a job: v2 has no client id, and the list names no caller. A job is this config node's when its
- * connection submitted it (`submittedHere`, this run's record), or when the memory says so (a job seen before a
- * restart keeps its owner); any other is another's. The race: a job this connection submits is on the list
- * before its 201 answer arrives here. Every job this package submits carries `graph-gen:<key>` metadata
- * (v2-jobs.ts), so a job with that metadata that this connection does not know yet is decided only after
- * SUBMIT_ANSWER_GRACE_MS since it was first met (its steps are then told at once, in order); one without it is
- * never ours. Left: a job this config node submitted just before Node-RED stopped and first met after the
- * restart counts as another's.
+ * connection submitted it (`submittedHere`, this run's record), when the memory says so (a job seen before a
+ * restart keeps its owner), or when its metadata names this node's client id (v2-jobs.ts writes
+ * `graph-gen:<client id>:<key>`; the id is kept across restarts, so a job submitted just before one is still
+ * ours); any other is another's. The race: a job another graph-gen submits carries graph-gen's metadata with its
+ * own client id, and one of ours is on the list before its 201 answer arrives here, so a graph-gen job of no
+ * known client is decided only after SUBMIT_ANSWER_GRACE_MS since it was first met (its steps are then told at
+ * once, in order); one without graph-gen's metadata is never ours.
  *
  * Status words, as the job lives read them (v2-answers.ts lookupAnswerOf): queued waits; running and canceling
  * run; succeeded, failed (with its error) and canceled end; expired is a job ComfyUI forgot: a cancel of a
@@ -51,7 +51,7 @@ import { Limiter } from '../../jobs/limiter';
 import { isTerminal } from '../../jobs/status-words';
 import type { JobLookupPort } from '../dialect';
 import { lookupAnswerOf, readV2JobList, unreadableJob, type V2Job, type V2JobList } from './v2-answers';
-import { V2_LIST_LIMIT, V2_METADATA_PREFIX } from './v2-jobs';
+import { V2_LIST_LIMIT, V2_METADATA_PREFIX, submittedBy } from './v2-jobs';
 
 /** How long a job with graph-gen's metadata may be this connection's whose submit answer is on its way. */
 export const SUBMIT_ANSWER_GRACE_MS = 2_000;
@@ -65,6 +65,8 @@ export interface V2WatchParts {
   lookup: JobLookupPort;
   /** The largest list answer read (each job carries its outputs). */
   listBytes: number;
+  /** The config node's client id: a job whose metadata names it is this node's, before a restart or after. */
+  clientId?: string;
 }
 
 export interface V2WatchReads {
@@ -81,14 +83,14 @@ interface Seen extends SeenJob {
   answer: LookupAnswer;
   /** Some of its outputs could not be read from the list: it is read by its id before it is told. */
   partialOutputs: boolean;
-  /** Its metadata is graph-gen's: submitted by this package, maybe by this connection. */
-  byGraphGen: boolean;
+  /** Its metadata: this config node's (`ours`), graph-gen's of another or unknown client id, or neither. */
+  mark: 'ours' | 'graph-gen' | undefined;
 }
 
 type ListRead = { kind: 'list'; list: V2JobList; limit: number } | Unreadable;
 
 /** Where a listed job stands. An expired job (`unknown`) has ended; whether it ran is the memory's to say. */
-function seenOf(job: V2Job): Seen {
+function seenOf(job: V2Job, clientId: string | undefined): Seen {
   const answer = lookupAnswerOf(job);
   const phase: SeenPhase =
     answer.kind !== 'phase' || isTerminal(answer.phase)
@@ -104,14 +106,18 @@ function seenOf(job: V2Job): Seen {
     // cancel of a waiting job makes it expired, never canceled).
     ran: phase === 'running' || (phase === 'ended' && answer.kind === 'phase'),
     partialOutputs: job.droppedOutputs !== undefined,
-    byGraphGen: job.metadata?.startsWith(V2_METADATA_PREFIX) === true,
+    mark: submittedBy(job.metadata, clientId)
+      ? 'ours'
+      : job.metadata?.startsWith(V2_METADATA_PREFIX) === true
+        ? 'graph-gen'
+        : undefined,
   };
 }
 
 /** The jobs of a list by id, the first (newest) entry of an id standing. */
-function seenJobs(list: V2JobList): Map<string, Seen> {
+function seenJobs(list: V2JobList, clientId: string | undefined): Map<string, Seen> {
   const seen = new Map<string, Seen>();
-  for (const job of list.jobs) if (!seen.has(job.id)) seen.set(job.id, seenOf(job));
+  for (const job of list.jobs) if (!seen.has(job.id)) seen.set(job.id, seenOf(job, clientId));
   return seen;
 }
 
@@ -160,7 +166,7 @@ export class V2JobWatch implements JobWatchReader {
     const read = await this.readWindow(signal);
     if (read.kind !== 'list') return { kind: 'failed', trouble: read };
     this.noteDropped(read.list.dropped);
-    const seen = seenJobs(read.list);
+    const seen = seenJobs(read.list, this.server.clientId);
     const newest = newestOf(seen);
     if (!memory.begun) {
       this.teller.begin(seen, newest);
@@ -189,7 +195,7 @@ export class V2JobWatch implements JobWatchReader {
     let told = 0;
     steps.sort(([, a], [, b]) => (a.createdAt ?? Infinity) - (b.createdAt ?? Infinity));
     for (const [id, job] of steps) {
-      const own = this.ownerOf(id, job.byGraphGen);
+      const own = this.ownerOf(id, job.mark);
       if (own === 'undecided') continue;
       this.teller.advance(id, job.phase === 'running' ? 'started' : 'queued', job, own);
       told += 1;
@@ -199,7 +205,7 @@ export class V2JobWatch implements JobWatchReader {
     const partial = ends.filter(([, job]) => job.partialOutputs && job.answer.kind === 'phase');
     whole.sort(([, a], [, b]) => (a.createdAt ?? Infinity) - (b.createdAt ?? Infinity));
     for (const [id, job] of whole) {
-      const own = this.ownerOf(id, job.byGraphGen);
+      const own = this.ownerOf(id, job.mark);
       if (own === 'undecided') continue;
       this.failedReads.delete(id);
       this.tellAnswer(id, job.createdAt, job.answer, own ?? false);
@@ -221,7 +227,7 @@ export class V2JobWatch implements JobWatchReader {
     const answers = await Promise.all(byId.map(([id]) => this.readJob(id, signal)));
     for (const [index, [id, job]] of byId.entries()) {
       if (!job) this.readAt.set(id, this.looks);
-      const own = job ? this.ownerOf(id, job.byGraphGen) : this.teller.ownerOf(id);
+      const own = job ? this.ownerOf(id, job.mark) : this.teller.ownerOf(id);
       if (own === 'undecided') continue;
       if (!this.tellRead(id, job, answers[index], own)) incomplete = true;
       else told += 1;
@@ -281,18 +287,21 @@ export class V2JobWatch implements JobWatchReader {
   }
 
   /**
-   * Whose a job is: this config node's (true), another's (false), or `undecided` while it may be one this
-   * connection submitted whose answer is on its way (graph-gen's metadata, first met under
+   * Whose a job is: this config node's (true: this connection submitted it, the memory says so, or its metadata
+   * names this node's client id), another's (false), or `undecided` while it may be one this connection
+   * submitted whose answer is on its way (graph-gen's metadata of no known client, first met under
    * SUBMIT_ANSWER_GRACE_MS ago). Decided only where it decides what is told ("only others' jobs").
    */
-  private ownerOf(id: string, byGraphGen: boolean): boolean | undefined | 'undecided' {
+  private ownerOf(id: string, mark: Seen['mark']): boolean | undefined | 'undecided' {
     const known = this.teller.ownerOf(id);
     if (known !== undefined) {
       this.undecided.delete(id);
       return known;
     }
     if (!this.teller.needsOwner([...JOB_EVENT_TOPICS])) return undefined;
-    if (!byGraphGen) return false;
+    // Its metadata names this config node's client id (kept across restarts): ours, whenever it was submitted.
+    if (mark === 'ours') return true;
+    if (mark === undefined) return false;
     const now = Date.now();
     const first = this.undecided.get(id) ?? now;
     if (now - first >= SUBMIT_ANSWER_GRACE_MS) {

@@ -49,14 +49,24 @@ export const V2_LIST_LIMIT = 100;
 /** What this package writes before its key in a job's `metadata` (the whole is far below 1024 bytes). */
 export const V2_METADATA_PREFIX = 'graph-gen:';
 
-/** A job's metadata as this package writes it: the prefix and the submit's key. */
-export function metadataOf(key: string): string {
-  return `${V2_METADATA_PREFIX}${key}`;
+/**
+ * A job's metadata as this package writes it: the prefix, the config node's client id (kept across restarts, so
+ * the job-events node knows its own jobs after one) and the submit's key.
+ */
+export function metadataOf(key: string, clientId?: string): string {
+  return clientId ? `${V2_METADATA_PREFIX}${clientId}:${key}` : `${V2_METADATA_PREFIX}${key}`;
+}
+
+/** Whether a job's metadata says the config node of `clientId` submitted it. */
+export function submittedBy(metadata: string | undefined, clientId: string | undefined): boolean {
+  return clientId !== undefined && metadata?.startsWith(`${V2_METADATA_PREFIX}${clientId}:`) === true;
 }
 
 export interface V2JobsOptions {
   /** The largest list answer read (each job carries its outputs). */
   listBytes?: number;
+  /** The config node's client id, written into each job's metadata. */
+  clientId?: string;
   /** A submit whose answer was lost is looked for after these waits (as connection.ts does for today's API). */
   lostAnswerWaitsMs?: readonly number[];
   /** Each of those looks is bounded in time. */
@@ -243,6 +253,7 @@ type Look = { kind: 'found'; job: V2Job } | { kind: 'absent' } | { kind: 'cannot
 /** Submit, cancel and the queue node's list, on a v2 server. */
 export class V2Jobs {
   private readonly listBytes: number;
+  private readonly clientId?: string;
   private readonly waitsMs: readonly number[];
   private readonly askMs: number;
   /** The newest job this client saw created (a submit's answer). */
@@ -253,6 +264,7 @@ export class V2Jobs {
     options: V2JobsOptions = {},
   ) {
     this.listBytes = options.listBytes ?? DEFAULT_LIST_BYTES;
+    this.clientId = options.clientId;
     this.waitsMs = options.lostAnswerWaitsMs ?? LOST_ANSWER_WAITS_MS;
     this.askMs = options.lostAnswerAskMs ?? LOST_ANSWER_ASK_MS;
   }
@@ -286,7 +298,7 @@ export class V2Jobs {
     key: string,
     signal?: AbortSignal,
   ): Promise<SubmitResult> {
-    const payload: Record<string, unknown> = { workflow, metadata: metadataOf(key) };
+    const payload: Record<string, unknown> = { workflow, metadata: metadataOf(key, this.clientId) };
     if (extraData && Object.keys(extraData).length > 0) payload.extra_data = extraData;
     const answer = await this.http.json<unknown>('/api/v2/jobs', {
       method: 'POST',
@@ -374,7 +386,7 @@ export class V2Jobs {
     });
     const list = readV2JobList(body);
     if (!list.ok) return { kind: 'cannot_tell' };
-    const wanted = metadataOf(key);
+    const wanted = metadataOf(key, this.clientId);
     const job = list.value.jobs.find((each) => each.metadata === wanted);
     if (job) return { kind: 'found', job };
     // An entry left out might be the one.
