@@ -248,19 +248,33 @@ type NodeErrors = Record<
 >;
 
 interface PromptProblem {
-  error: { type: string; message: string; details: string };
+  error: { type: string; message: string; details: string; extra_info?: Record<string, unknown> };
   node_errors: NodeErrors;
 }
 
-/** Validates a prompt the way self-hosted servers do, answering their 400 body shape. */
+/**
+ * Validates a prompt the way self-hosted servers do, answering their 400 body shape. An unknown node is named in
+ * the words of `serverVersion`: ComfyUI 0.8 "Cannot execute because node X does not exist." (invalid_prompt),
+ * 0.33 "Node 'X' not found. The custom node may not be installed." (missing_node_type, with extra_info), as
+ * the ComfyUI kits measured.
+ */
 export function validatePrompt(
   prompt: unknown,
   definitions: Record<string, NodeDefinition>,
+  serverVersion = '0.8.0',
 ): PromptProblem | undefined {
-  const invalid = (message: string, details = ''): PromptProblem => ({
-    error: { type: 'invalid_prompt', message, details },
-    node_errors: {},
-  });
+  const invalid = (
+    message: string,
+    details = '',
+    type = 'invalid_prompt',
+    extra?: Record<string, unknown>,
+  ) => {
+    const problem: PromptProblem = { error: { type, message, details }, node_errors: {} };
+    if (extra) problem.error.extra_info = extra;
+    return problem;
+  };
+  const [major, minor] = serverVersion.split('.').map(Number);
+  const namesMissingNodes = major > 0 || minor >= 33;
   if (!prompt || typeof prompt !== 'object' || Array.isArray(prompt)) {
     return invalid('Cannot execute because the prompt is not an object of nodes.');
   }
@@ -270,7 +284,14 @@ export function validatePrompt(
       return invalid('Cannot execute because a node is missing the class_type property.', `Node ID '#${id}'`);
     }
     if (!definitions[node.class_type]) {
-      return invalid(`Cannot execute because node ${node.class_type} does not exist.`, `Node ID '#${id}'`);
+      return namesMissingNodes
+        ? invalid(
+            `Node '${node.class_type}' not found. The custom node may not be installed.`,
+            `Node ID '#${id}'`,
+            'missing_node_type',
+            { node_id: id, class_type: node.class_type, node_title: node.class_type },
+          )
+        : invalid(`Cannot execute because node ${node.class_type} does not exist.`, `Node ID '#${id}'`);
     }
   }
   const nodeErrors: NodeErrors = {};
@@ -608,7 +629,7 @@ export async function mountGenerationService(
       // Older servers take any id, as text.
       promptId = String(asked);
     } else if (asked === null && jobs.selfHosted && !since(25)) promptId = 'None';
-    const problem = validatePrompt(body.prompt, definitions);
+    const problem = validatePrompt(body.prompt, definitions, options.serverVersion);
     if (problem) {
       ctx.json(400, problem);
       return;

@@ -265,7 +265,11 @@ export function mountV2Service(
     }
     // Unknown outcome: ComfyUI may hold the prompt, so the key stays claimed.
     if (!upstream.reachable) return unreachable(r, 'Could not reach ComfyUI to submit the job.');
-    const problem = validatePrompt(workflow, engine.generation.definitions);
+    const problem = validatePrompt(
+      workflow,
+      engine.generation.definitions,
+      engine.generation.options.serverVersion,
+    );
     if (problem) {
       // ComfyUI refused it, so no job exists: the key may be used again.
       if (key !== undefined) book.release(key);
