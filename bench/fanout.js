@@ -320,6 +320,7 @@ async function runOurs(child, jobs, root = path.join(__dirname, '..'), dialect =
   const endedAt = new Float64Array(ids.length);
   let completed = 0;
   let outputs = 0;
+  let progressMsgs = 0;
   let settled = 0;
   let allSettled;
   const finished = new Promise((resolve) => (allSettled = resolve));
@@ -336,6 +337,9 @@ async function runOurs(child, jobs, root = path.join(__dirname, '..'), dialect =
         outputs += result?.files?.length ?? 0;
         if (++settled === ids.length) allSettled();
       },
+      // --progress: each await wants its progress, as an await-job node with its progress output on (on v2
+      // that opens the job's event stream, at most 8 at once).
+      ...(PROGRESS ? { onProgress: () => (progressMsgs += 1) } : {}),
     });
   });
   GC.reset();
@@ -360,7 +364,8 @@ async function runOurs(child, jobs, root = path.join(__dirname, '..'), dialect =
     latencies: latencies.sort((a, b) => a - b),
     restPerJob: (after.otherRequests - before.otherRequests) / jobs,
     socketsOpened: dialect ? after.mostStreams : sockets.stats.socketsOpened,
-    skippedPerJob: sockets.stats.progressFramesSkipped / jobs,
+    skippedPerJob: (sockets.stats.progressFramesSkipped ?? 0) / jobs,
+    progressMsgs,
   };
   tracker.close();
   await connection.close();
@@ -600,6 +605,7 @@ async function main() {
       `${jobs} jobs, Comfy API v2 (classes, polling): completed ${v2.completed}, ` +
         `requests per job besides submit ${v2.restPerJob.toFixed(3)} (today's dialect ${ours.restPerJob.toFixed(3)}; target <= 1), ` +
         `most streams open ${v2.socketsOpened} (cap 8), ` +
+        (PROGRESS ? `progress msgs per job ${(v2.progressMsgs / jobs).toFixed(1)}, ` : '') +
         `CPU per job ${((v2.cpuMs / jobs) * 1000).toFixed(0)} us (today's ${((ours.cpuMs / jobs) * 1000).toFixed(0)} us, ${ratio(v2.cpuMs, ours.cpuMs)}; target <= x1.5), ` +
         `wall ${v2.timeMs.toFixed(0)} ms (today's ${ours.timeMs.toFixed(0)} ms), completion->result p50 / p99 ${v2.p50.toFixed(0)} / ${v2.p99.toFixed(0)} ms`,
     );

@@ -12,7 +12,8 @@ const { randomUUID } = require('node:crypto');
 const { createBLAKE3 } = require('hash-wasm');
 const { HttpClient } = require('../dist/http/client');
 const { Credential } = require('../dist/http/auth');
-const { V2Jobs, V2Lookup, V2_METADATA_PREFIX } = require('../dist/generation/dialects/comfy-api-v2/v2-jobs');
+const { V2Jobs, V2_METADATA_PREFIX } = require('../dist/generation/dialects/comfy-api-v2/v2-jobs');
+const { V2Lookup } = require('../dist/generation/dialects/comfy-api-v2/v2-lookup');
 const { V2Files, blake3Of } = require('../dist/generation/dialects/comfy-api-v2/v2-files');
 const { promptIdsOf } = require('../dist/generation/transfer/rest-client');
 

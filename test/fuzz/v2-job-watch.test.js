@@ -6,7 +6,7 @@
 const assert = require('node:assert/strict');
 const { fc, fuzzOptions, hostileJson, PROTOTYPE_WORDS } = require('../support/fuzz');
 const { V2JobWatch } = require('../../dist/generation/dialects/comfy-api-v2/v2-job-watch');
-const { V2Lookup } = require('../../dist/generation/dialects/comfy-api-v2/v2-jobs');
+const { V2Lookup } = require('../../dist/generation/dialects/comfy-api-v2/v2-lookup');
 const { JobEventMemory } = require('../../dist/generation/jobs/job-event-memory');
 const { JobEventTeller, JOB_EVENT_TOPICS } = require('../../dist/generation/jobs/job-event-teller');
 const { MAX_JOB_ID_LENGTH } = require('../../dist/generation/jobs/job-ids');

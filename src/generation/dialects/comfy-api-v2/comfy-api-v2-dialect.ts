@@ -24,7 +24,8 @@ import type { DialectParts, ServerDialect } from '../dialect';
 import { V2EventStreams } from './v2-event-streams';
 import { V2Files } from './v2-files';
 import { V2JobWatch } from './v2-job-watch';
-import { V2Jobs, V2Lookup } from './v2-jobs';
+import { V2Jobs } from './v2-jobs';
+import { V2Lookup } from './v2-lookup';
 
 /** The one `extra_data` key a v2 server takes: the partner (Comfy.org) key, whatever the config node calls it. */
 const V2_PARTNER_KEY_FIELD = 'api_key_comfy_org';

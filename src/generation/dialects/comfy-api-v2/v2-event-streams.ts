@@ -15,7 +15,9 @@
  * tight loop; a stream idle past `idleMs` (the proxy sends a keepalive each 15 s) is dropped as dead. A 401 or 403
  * is said once and ends all streaming of this source (the same token would be refused again).
  * Nothing is kept for later subscribers (the socket's kept events): a stream starts with the job's snapshot.
- * No secret reaches a log line (the client's secrets, removed from each). No Node-RED inside.
+ * No secret reaches a log line (the client's secrets, removed from each). Past 400 lines: the slots, the waits and the
+ * dispatch of one source, whose every rule says when a stream opens or ends (one stream's own request is
+ * v2-job-stream.ts's, the translation v2-stream-events.ts's). No Node-RED inside.
  */
 import { errorText } from '../../../boundary/outside';
 import { SecretSearch } from '../../../http/errors';

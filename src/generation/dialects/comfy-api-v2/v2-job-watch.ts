@@ -32,7 +32,8 @@
  * "Could not read" is never "absent": a list that cannot be read fails the whole look (nothing is told, nothing
  * concluded), a job whose read fails is read again (`endReadsMax` times, then told with what the list said, or
  * given up with a warning), a job whose outputs could not all be read is read by its id before it is told (at
- * last with `outputs_incomplete`). No Node-RED inside.
+ * last with `outputs_incomplete`). Past 400 lines: every reason a look reads a job, and whose a job is, in one
+ * place. No Node-RED inside.
  */
 import type { HttpClient } from '../../../http/client';
 import type { JobOutputs } from '../../jobs/job-outputs';
