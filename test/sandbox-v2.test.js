@@ -80,6 +80,11 @@ function graph(extra = {}, latentInputs = {}) {
   };
 }
 const HANG = { 5: { class_type: 'SandboxHang', inputs: {} } };
+/**
+ * Lets the job held by SandboxHang go on, once one is held: a release before the run reaches that node would
+ * be lost, and the job would hang for good (it did, once, under CI's load).
+ */
+const releaseHang = (sandbox) => until(() => sandbox.events.releaseHangs() > 0, 'a job held by SandboxHang');
 
 async function submit(sandbox, workflow, { headers = {}, ...rest } = {}) {
   const answer = await call(sandbox, 'POST', '/api/v2/jobs', { body: { workflow, ...rest }, headers });
@@ -399,7 +404,7 @@ describe('sandbox in Comfy API v2 mode', function () {
     assert.equal(waiting.status, 'queued');
     assert.equal(waiting.queue_position, 2);
     assert.equal(waiting.progress, null);
-    sandbox.events.releaseHangs();
+    await releaseHang(sandbox);
     const done = await settled(sandbox, third.id, 'succeeded');
     assert.equal(done.queue_position, null);
     assert.equal(done.error, null);
@@ -558,7 +563,7 @@ describe('sandbox in Comfy API v2 mode', function () {
       stream.events().map((frame) => frame.data),
       [{ status: 'expired' }],
     );
-    sandbox.events.releaseHangs();
+    await releaseHang(sandbox);
     await settled(sandbox, running.id, 'succeeded');
     assert.equal((await statusOf(sandbox, waiting.id)).status, 'expired');
   });
@@ -619,7 +624,7 @@ describe('sandbox in Comfy API v2 mode', function () {
     const stream = await openStream(job.urls.events);
     await until(() => stream.frames.length >= 1, 'the queued snapshot');
     assert.deepEqual(stream.frames[0].data, { status: 'queued', queue_position: 1 });
-    sandbox.events.releaseHangs();
+    await releaseHang(sandbox);
     await until(() => stream.ended, 'the stream to end');
     const events = stream.events();
     assert.equal(
@@ -709,7 +714,7 @@ describe('sandbox in Comfy API v2 mode', function () {
       streams[0].controller.abort();
       await sleep(200);
       assert.equal((await openStream(job.urls.events)).status, 429, 'nothing written yet: the slot is held');
-      own.events.releaseHangs();
+      await releaseHang(own);
       await until(() => streams.slice(1).every((stream) => stream.ended), 'the streams to end with the job');
       await until(() => own.v2.counters.streams.open === 0, 'every slot back');
       assert.equal(own.v2.counters.streams.mostOpen, 8);
@@ -737,7 +742,7 @@ describe('sandbox in Comfy API v2 mode', function () {
     const stale = await openStream(job.urls.events);
     await until(() => stale.frames.length >= 2, 'the snapshot');
     sandbox.v2.faults.endStreamsStale(1);
-    sandbox.events.releaseHangs();
+    await releaseHang(sandbox);
     await until(() => stale.ended, 'the stale stream to end');
     const statuses = stale.events().filter((frame) => frame.event !== 'progress');
     assert.deepEqual(
@@ -976,7 +981,7 @@ describe('sandbox in Comfy API v2 mode', function () {
     assert.equal(sandbox.jobs.jobs.get(job.id).state, 'in_progress', 'the cancel never reached the engine');
     sandbox.v2.faults.upstreamReachable = true;
     assert.equal((await statusOf(sandbox, job.id)).status, 'running');
-    sandbox.events.releaseHangs();
+    await releaseHang(sandbox);
     await settled(sandbox, job.id, 'succeeded');
   });
 
