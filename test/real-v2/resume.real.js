@@ -12,8 +12,8 @@ const { resumeHarness } = require('../real/support/restarts');
 describe('real Comfy API v2: awaits resume after Node-RED restarts (a real Node-RED process)', function () {
   this.timeout(180_000);
   const nodeRed = resumeHarness({
-    configNode: v2Config(v2.url),
-    credentials: v2.token ? { apiKey: v2.token } : undefined,
+    configNode: () => v2Config(v2.url),
+    credentials: () => (v2.token ? { apiKey: v2.token } : undefined),
     tmpPrefix: 'graph-gen-resume-v2-',
     jobRuns: (id) => jobReaches(id, 'running', 60_000),
     made,

@@ -10,12 +10,12 @@ const { resumeHarness } = require('./support/restarts');
 describe('real ComfyUI: awaits resume after Node-RED restarts (a real Node-RED process)', function () {
   this.timeout(180_000);
   const nodeRed = resumeHarness({
-    configNode: {
+    configNode: () => ({
       id: 'cfg',
       type: 'graph-gen-config',
       baseUrl: comfy.url,
       partnerKeyField: 'api_key_service_org',
-    },
+    }),
     tmpPrefix: 'graph-gen-resume-',
     jobRuns: (id) => jobReaches(id, 'in_progress', 60_000),
     made,

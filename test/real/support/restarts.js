@@ -82,8 +82,9 @@ function resultsIn(file) {
 }
 
 /**
- * Mocha hooks and helpers of one suite: `configNode` (its id `cfg`), `credentials` (encrypted into the user dir,
- * as Node-RED keeps them), `tmpPrefix`; `jobRuns(id)` resolves once the server runs the job; `made` collects the
+ * Mocha hooks and helpers of one suite: `configNode()` and `credentials()` (its config node, id `cfg`, and
+ * what goes encrypted into the user dir, as Node-RED keeps it; functions, read at each set-up: the server's
+ * address is known only once the root hooks started it), `tmpPrefix`; `jobRuns(id)` resolves once the server runs the job; `made` collects the
  * jobs made (the suite cleans them up); `until` is the suite's waiter.
  */
 function resumeHarness({ configNode, credentials, tmpPrefix, jobRuns, made, until }) {
@@ -118,13 +119,14 @@ function resumeHarness({ configNode, credentials, tmpPrefix, jobRuns, made, unti
     start.prepareUserDir(state.userDir, { port: state.port, services: {}, flows: 'none' });
     fs.writeFileSync(
       path.join(state.userDir, 'flows.json'),
-      JSON.stringify(resumeFlow(configNode, state.results)),
+      JSON.stringify(resumeFlow(configNode(), state.results)),
     );
-    if (credentials) {
+    const secrets = credentials?.();
+    if (secrets) {
       const secret = fs.readFileSync(path.join(state.userDir, '.credential-secret'), 'utf8').trim();
       fs.writeFileSync(
         path.join(state.userDir, 'flows_cred.json'),
-        JSON.stringify(start.encryptCredentials({ cfg: credentials }, secret)),
+        JSON.stringify(start.encryptCredentials({ cfg: secrets }, secret)),
       );
     }
     await startNodeRed();
