@@ -31,7 +31,7 @@ import type { DialectParts, NodeDefinitionSource, ServerDialect } from '../diale
 const LOST_ANSWER_WAITS_MS = [1_000, 2_000, 2_000];
 const LOST_ANSWER_ASK_MS = 3_000;
 
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms);
     signal?.addEventListener(
