@@ -156,6 +156,12 @@ export class GenerationConnection {
     return this.dialect.submit(prompt, extraData, signal);
   }
 
+  /** What a submit's extra_data carries when the partner key is to be sent: this server's own key, if it has one. */
+  partnerExtra(send: boolean): Record<string, unknown> | undefined {
+    const key = this.settings.partnerKey;
+    return send && key ? { [this.settings.partnerKeyField]: key } : undefined;
+  }
+
   /** Whether this connection submitted the job. */
   submittedHere(promptId: string): boolean {
     return this.submitted.has(promptId);

@@ -129,6 +129,15 @@ export function mayHaveReachedService(error: unknown): boolean {
 }
 
 /**
+ * Marks a failure as one whose request may have reached the service (a submit the service could not be asked
+ * about afterwards): whoever reads it must not send the request anywhere else (a pool's failover).
+ */
+export function mayHaveReached<E extends object>(error: E): E {
+  maybeSent.add(error);
+  return error;
+}
+
+/**
  * Whether a submit that failed so must be settled before anything else is done: it may have reached the service
  * (mayHaveReachedService), it was the first attempt, and the caller did not stop it. Each dialect settles it its
  * own way (by the job's id, or by its key among the jobs); none sends it blindly again.

@@ -6,18 +6,32 @@
  */
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { JobTracker, type JobProgress, type JobResult } from '../generation/jobs/job-tracker';
+import { JobTracker, type JobProgress, type JobResult, type JobView } from '../generation/jobs/job-tracker';
 import { MAX_JOB_ID_LENGTH, readJobId } from '../generation/jobs/job-ids';
 import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
 import { fitsTimer } from '../timers';
 import { KeptAwaits } from './await-resume';
-import { catalogTexts, evaluateProperty, fail, statusFailed, statusWaiting, statusOk } from './node-helpers';
+import {
+  asServiceError,
+  catalogTexts,
+  evaluateProperty,
+  fail,
+  statusFailed,
+  statusWaiting,
+  statusOk,
+} from './node-helpers';
 import { editorPicture } from './editor-picture';
-import type graphGenConfig from './graph-gen-config';
+import { generationTarget, jobConnection, type GenerationTarget } from './generation-target';
+import type { GenerationConnection } from '../generation/connection';
+import { validateWorkflow } from '../generation/workflows/workflow';
 import { errorText } from '../boundary/outside';
 
 interface AwaitJobDef extends NodeDef {
   server: string;
+  /** A graph-gen-pool node: each job is awaited on its own server (then `server` is not used). */
+  pool?: string;
+  /** Through a pool: a job its server lost is submitted once more to another server (msg.attempt counts). */
+  runAgain?: boolean;
   timeout?: string;
   timeoutType?: string;
   cancelOnTimeout?: boolean;
@@ -40,6 +54,17 @@ type Done = (error?: Error) => void;
 const STATUS_INTERVAL_MS = 150;
 const DEFAULT_PREVIEW_RATE = 2;
 
+/** A result that says the job's server lost it (job-life.ts's `lost`). */
+function isLost(result: JobResult): boolean {
+  return result.status === 'failed' && result.error?.exception_type === 'JobLost';
+}
+
+/** The tries so far (msg.attempt), 1 when not counted yet. */
+function attemptOf(msg: NodeMessage): number {
+  const attempt = (msg as { attempt?: unknown }).attempt;
+  return typeof attempt === 'number' && Number.isFinite(attempt) ? attempt : 1;
+}
+
 /** A msg's timeout as a number of seconds: NaN for what is not a number or text (a Number() of it may throw). */
 function secondsOf(value: unknown): number {
   if (value === undefined || value === '') return 0;
@@ -56,7 +81,17 @@ export = function (RED: NodeAPI): void {
   }
 
   function setUp(node: Node, def: AwaitJobDef): void {
-    const config = RED.nodes.getNode(def.server) as graphGenConfig.GraphGenConfigNode | null;
+    let target: GenerationTarget | undefined;
+    let targetError: string | undefined;
+    try {
+      target = generationTarget(RED, def, text);
+    } catch (error) {
+      targetError = asServiceError(error).message;
+    }
+    const pool = target?.pool;
+    // What kept awaits are kept under: a node whose server or pool was changed does not resume them.
+    const configKey = def.pool || def.server;
+    const runAgain = def.runAgain === true && pool !== undefined;
     const progressEnabled = def.progress === true;
     const rate = Number(def.previewRate);
     const previewsPerSecond = Number.isFinite(rate) && rate >= 0 ? rate : DEFAULT_PREVIEW_RATE;
@@ -67,51 +102,87 @@ export = function (RED: NodeAPI): void {
       .filter(Boolean);
     let lastOutcome: NodeStatus = {};
     let statusTimer: NodeJS.Timeout | undefined;
-    let closing = false;
+    /** Aborted when the node closes (a redeploy): what it still does stops. */
+    const closing = new AbortController();
     const picture = editorPicture(RED, node, def.picture === true);
 
     // A config whose settings make no connection says why; a missing config, to pick one.
-    const noConfig = config?.settingsError ? text('status.bad-config') : text('status.no-config');
-    if (!config?.connection) node.status(statusFailed(noConfig));
+    const noConfig =
+      targetError && targetError !== text('errors.no-config')
+        ? text('status.bad-config')
+        : text('status.no-config');
+    if (!target) node.status(statusFailed(noConfig));
 
-    const tracker = config?.connection
-      ? new JobTracker(config.connection, {
+    /** One tracker per server (one, or each of the pool's), each on its server's shared socket. */
+    const trackers = new Map<GenerationConnection, JobTracker>();
+    function trackerOf(connection: GenerationConnection): JobTracker {
+      let tracker = trackers.get(connection);
+      if (!tracker) {
+        tracker = new JobTracker(connection, {
           previewsPerSecond,
           // Without progress output, the config's socket need not read previews for this node.
           progress: progressEnabled,
           onChange: () => scheduleStatus(),
           log: (level, message) => (level === 'warn' ? node.warn(message) : node.debug(message)),
-        })
-      : undefined;
-    tracker?.start();
+        });
+        tracker.start();
+        trackers.set(connection, tracker);
+      }
+      return tracker;
+    }
+    if (target?.connection) trackerOf(target.connection);
+    for (const member of pool?.members ?? []) trackerOf(member.connection);
+    const stopPoolWatch = pool?.onUpChange(() => scheduleStatus());
 
     function currentStatus(): NodeStatus {
-      if (!tracker) return statusFailed(noConfig);
-      if (tracker.connectionState === 'unauthorized') return statusFailed(text('status.unauthorized'));
-      const summary = tracker.summary();
-      if (summary.jobs === 0) return lastOutcome;
-      const latest = summary.latestRunning;
+      if (!target) return statusFailed(noConfig);
+      const all = [...trackers.values()];
+      // One server: its socket's trouble; a pool: how many of its servers are up (server-pool.ts).
+      if (!pool && all[0]?.connectionState === 'unauthorized')
+        return statusFailed(text('status.unauthorized'));
+      let jobs = 0;
+      let latest: JobView | undefined;
+      let nearestAhead: number | undefined;
+      let queueRemaining: number | undefined;
+      for (const tracker of all) {
+        const summary = tracker.summary();
+        jobs += summary.jobs;
+        latest ??= summary.latestRunning;
+        if (summary.nearestAhead !== undefined)
+          nearestAhead = Math.min(nearestAhead ?? Infinity, summary.nearestAhead);
+        if (summary.jobs > 0 && tracker.queueRemaining !== undefined)
+          queueRemaining = (queueRemaining ?? 0) + tracker.queueRemaining;
+      }
+      const down = pool?.downCount ?? 0;
+      const poolTrouble =
+        pool && down > 0 ? text('status.servers-up', { up: pool.size - down, total: pool.size }) : undefined;
+      if (jobs === 0)
+        return poolTrouble ? (down === pool!.size ? statusFailed : statusWaiting)(poolTrouble) : lastOutcome;
       if (latest) {
         const step = latest.step ? ` ${latest.step.value}/${latest.step.max}` : '';
         const label = `${text('status.running')} ${latest.node ?? ''}${step}`;
         return statusOk(label.replace(/\s+/g, ' ').trim());
       }
-      if (tracker.connectionState === 'down') return statusWaiting(text('status.reconnecting'));
-      if (summary.nearestAhead !== undefined)
-        return statusWaiting(text('status.ahead', { ahead: summary.nearestAhead }));
-      const queued = tracker.queueRemaining ?? summary.jobs;
-      return statusWaiting(`${text('status.queued')} ${queued}`);
+      if (poolTrouble) return statusWaiting(poolTrouble);
+      if (!pool && all[0]?.connectionState === 'down') return statusWaiting(text('status.reconnecting'));
+      if (nearestAhead !== undefined) return statusWaiting(text('status.ahead', { ahead: nearestAhead }));
+      return statusWaiting(`${text('status.queued')} ${queueRemaining ?? jobs}`);
     }
 
     function scheduleStatus(): void {
-      if (statusTimer || closing) return;
+      if (statusTimer || closing.signal.aborted) return;
       statusTimer = setTimeout(() => {
         statusTimer = undefined;
-        if (!closing) node.status(currentStatus());
+        if (!closing.signal.aborted) node.status(currentStatus());
       }, STATUS_INTERVAL_MS);
     }
 
-    function finished(msg: NodeMessage, result: JobResult, send: Send): void {
+    function finished(
+      msg: NodeMessage,
+      result: JobResult,
+      send: Send,
+      connection: GenerationConnection,
+    ): void {
       (msg as { prompt_id?: string }).prompt_id = result.prompt_id;
       if (result.outputs && filesFrom !== 'all') {
         // Titles are read from the workflow the submit node sent along (msg.workflow).
@@ -125,7 +196,7 @@ export = function (RED: NodeAPI): void {
       if (result.status === 'completed') {
         lastOutcome = statusOk(text('status.done'));
         send([msg, null, null]);
-        if (config?.connection) picture?.showLastImage(config.connection, result.files);
+        picture?.showLastImage(connection, result.files);
       } else {
         const reason =
           result.status === 'failed'
@@ -161,9 +232,21 @@ export = function (RED: NodeAPI): void {
       send: Send,
       key?: string,
     ): Promise<void> {
-      if (!tracker) return;
+      if (!target) return;
+      let job: { connection: GenerationConnection; server?: { id: string; name: string } };
+      try {
+        job = jobConnection(target, promptId, (msg as { server?: unknown }).server);
+      } catch (error) {
+        // A resumed await whose server left the pool: said, and not kept any longer.
+        if (key) kept?.forget(key);
+        node.warn(errorText(error));
+        return;
+      }
+      if (job.server) (msg as { server?: unknown }).server = job.server;
+      const tracker = trackerOf(job.connection);
       const base: NodeMessage = { ...msg };
       delete base.payload;
+      let again: Promise<void> | undefined;
       await tracker.track(promptId, {
         timeoutMs,
         cancelOnTimeout: def.cancelOnTimeout === true,
@@ -171,15 +254,70 @@ export = function (RED: NodeAPI): void {
           ? (progress) => send([null, null, progressMessage(base, progress)])
           : undefined,
         onEnd: (ended) => {
-          finished(msg, ended, send);
+          if (runAgain && isLost(ended) && attemptOf(msg) < 2 && job.server) {
+            again = runElsewhere(msg, ended, job.server.id, timeoutMs, send, key, job.connection);
+            return;
+          }
+          finished(msg, ended, send, job.connection);
           // Forgotten once sent: a stop in between sends it again after the restart (the help says so).
           if (key) kept?.forget(key);
         },
       });
+      if (again) await again;
+    }
+
+    /**
+     * "Run again elsewhere once": the job its server lost is submitted once more (msg.workflow, as the submit node
+     * sent it) to another server of the pool able to run it, and awaited there; msg.attempt counts the tries. When
+     * it cannot be sent again, the lost result goes out as it would have, and the node says why.
+     */
+    async function runElsewhere(
+      msg: NodeMessage,
+      lost: JobResult,
+      lostOn: string,
+      timeoutMs: number,
+      send: Send,
+      key: string | undefined,
+      connection: GenerationConnection,
+    ): Promise<void> {
+      const fields = msg as {
+        workflow?: unknown;
+        partner?: unknown;
+        prompt_id?: unknown;
+        server?: unknown;
+        attempt?: unknown;
+      };
+      let submitted: Awaited<ReturnType<NonNullable<typeof pool>['submit']>>;
+      try {
+        const workflow = validateWorkflow(fields.workflow);
+        submitted = await pool!.submit(
+          workflow,
+          { partner: fields.partner === true, exclude: new Set([lostOn]) },
+          closing.signal,
+        );
+      } catch (error) {
+        if (!closing.signal.aborted) {
+          node.warn(text('warnings.not-run-again', { id: lost.prompt_id, error: errorText(error) }));
+          finished(msg, lost, send, connection);
+          if (key) kept?.forget(key);
+        }
+        return;
+      }
+      const { result, member } = submitted;
+      node.debug(
+        `graph-gen: job ${lost.prompt_id} was lost on its server; sent again to ${member.name} as ${result.prompt_id}`,
+      );
+      fields.prompt_id = result.prompt_id;
+      fields.server = pool!.refOf(member);
+      fields.attempt = attemptOf(msg) + 1;
+      if (key) kept?.forget(key);
+      const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : undefined;
+      const next = kept?.add(result.prompt_id, configKey, msg as Record<string, unknown>, deadline).key;
+      await follow(msg, result.prompt_id, timeoutMs, send, next);
     }
 
     async function handle(msg: NodeMessageInFlow, send: Send, done: Done): Promise<void> {
-      if (!tracker) throw invalidInput(config?.settingsError ?? text('errors.no-config'));
+      if (!target) throw invalidInput(targetError ?? text('errors.no-config'));
       const payload = msg.payload as { prompt_id?: unknown } | undefined;
       const promptId =
         (msg as { prompt_id?: unknown }).prompt_id ??
@@ -200,14 +338,20 @@ export = function (RED: NodeAPI): void {
       if (!Number.isFinite(seconds) || seconds < 0) throw invalidInput(text('errors.bad-timeout'));
       if (!fitsTimer(seconds * 1000)) throw invalidInput(text('errors.long-timeout'));
       const id = promptId.trim();
+      if (pool) {
+        // Refused now (not after the kept await is written) when the pool cannot tell the job's server.
+        jobConnection(target, id, (msg as { server?: unknown }).server);
+        if (runAgain && typeof (msg as { attempt?: unknown }).attempt !== 'number')
+          (msg as { attempt?: unknown }).attempt = 1;
+      }
       await keptReady;
-      if (closing) {
+      if (closing.signal.aborted) {
         done();
         return;
       }
       const key = kept?.add(
         id,
-        def.server,
+        configKey,
         msg as Record<string, unknown>,
         seconds > 0 ? Date.now() + seconds * 1000 : undefined,
       ).key;
@@ -217,11 +361,11 @@ export = function (RED: NodeAPI): void {
 
     /** The awaits kept when the node last stopped are awaited again; their results carry `msg.resumed`. */
     function resumeKept(): void {
-      if (!kept || !tracker) return;
+      if (!kept || !target) return;
       const send: Send = (msgs) => node.send(msgs);
       for (const entry of kept.kept()) {
         // Kept through another config node (the node's server was changed): not this server's job.
-        if (entry.config !== def.server) {
+        if (entry.config !== configKey) {
           kept.forget(entry.key);
           continue;
         }
@@ -234,11 +378,11 @@ export = function (RED: NodeAPI): void {
 
     let kept: KeptAwaits | undefined;
     const keptReady: Promise<void> =
-      def.resume !== false && tracker
+      def.resume !== false && target
         ? KeptAwaits.open(RED, node.id, (message) => node.warn(message)).then(
             (opened) => {
               kept = opened;
-              if (!closing) resumeKept();
+              if (!closing.signal.aborted) resumeKept();
             },
             (error: unknown) =>
               node.warn(`graph-gen: the awaits kept for a restart cannot be read: ${errorText(error)}`),
@@ -250,10 +394,11 @@ export = function (RED: NodeAPI): void {
     });
 
     node.on('close', (removed: boolean, done: () => void) => {
-      closing = true;
+      closing.abort();
       clearTimeout(statusTimer);
+      stopPoolWatch?.();
       // Ends the awaits with no result: they stay kept for the next start, unless the node is gone for good.
-      tracker?.close();
+      for (const tracker of trackers.values()) tracker.close();
       picture?.close();
       void keptReady
         .then(() => (removed ? kept?.destroy() : kept?.close()))

@@ -11,19 +11,14 @@ import {
   referencesOf,
 } from '../generation/transfer/downloads';
 import { MIB } from '../generation/transfer/size-text';
-import {
-  catalogTexts,
-  evaluateProperty,
-  handleMessages,
-  generationConnection,
-  showSocketTrouble,
-  statusWaiting,
-  statusOk,
-} from './node-helpers';
+import { catalogTexts, evaluateProperty, handleMessages, statusWaiting, statusOk } from './node-helpers';
+import { generationTarget, jobConnection, showTargetTrouble } from './generation-target';
 import { editorPicture } from './editor-picture';
 
 interface DownloadDef extends NodeDef {
   server: string;
+  /** A graph-gen-pool node: the server is chosen per msg (then `server` is not used). */
+  pool?: string;
   mode?: 'buffer' | 'file';
   directory?: string;
   directoryType?: string;
@@ -35,6 +30,8 @@ interface DownloadDef extends NodeDef {
 }
 
 type DownloadMessage = NodeMessageInFlow & {
+  /** Through a pool: the server of the msg's job or upload ({id, name}). */
+  server?: unknown;
   directory?: unknown;
   filename?: string;
   contentType?: string;
@@ -48,7 +45,7 @@ export = function (RED: NodeAPI) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
-    const status = showSocketTrouble(RED, node, def.server, texts);
+    const status = showTargetTrouble(RED, node, def, texts);
     const mode = def.mode === 'file' ? 'file' : 'buffer';
     const limitMiB = Number(def.bufferLimit);
     const bufferLimit =
@@ -73,7 +70,12 @@ export = function (RED: NodeAPI) {
       send: (msg: NodeMessage) => void,
       signal: AbortSignal,
     ): Promise<void> {
-      const connection = generationConnection(RED, def.server, texts);
+      // Through a pool: the server of the job (msg.server, else the one the pool sent msg.prompt_id to).
+      const { connection } = jobConnection(
+        generationTarget(RED, def, texts),
+        typeof msg.prompt_id === 'string' ? msg.prompt_id : '',
+        msg.server,
+      );
       const references = referencesOf(msg.payload);
       if (references.length === 0) throw invalidInput(texts('errors.no-file'));
       const directory = mode === 'file' ? await directoryFor(msg) : undefined;

@@ -15,11 +15,15 @@ import {
 import type { KeptRecord, MemoryStore } from '../generation/jobs/job-event-memory';
 import { catalogTexts, statusFailed, statusOk, statusWaiting, type Texts } from './node-helpers';
 import { nodeFile, sweepNodeFiles } from './node-state';
-import type graphGenConfig from './graph-gen-config';
+import { generationTarget } from './generation-target';
+import type { GenerationConnection } from '../generation/connection';
+import type { ServerRef } from '../generation/pool/server-pool';
 import { errorText, textOf } from '../boundary/outside';
 
 interface JobEventsDef extends NodeDef {
   server: string;
+  /** A graph-gen-pool node: every server of the pool is watched (then `server` is not used). */
+  pool?: string;
   /** The events to send, separated by commas. */
   events?: string;
   /** `all` clients' jobs, or only `others'`. */
@@ -55,6 +59,22 @@ function statusOf(state: WatchState, text: Texts): NodeStatus {
   }
 }
 
+/** The worst of several watchers' states first: what needs the user's hand shows over what goes well. */
+const STATE_ORDER: WatchState[] = ['unauthorized', 'unreadable', 'polling', 'starting', 'watching'];
+
+/** One server's part of a node's memory (a pool's servers share the node's journal, each under its own prefix). */
+function partOf(store: MemoryStore, prefix: string): MemoryStore {
+  return {
+    entries: () =>
+      store
+        .entries()
+        .filter(([key]) => key.startsWith(prefix))
+        .map(([key, value]) => [key.slice(prefix.length), value]),
+    set: (key, value) => store.set(prefix + key, value),
+    delete: (key) => store.delete(prefix + key),
+  };
+}
+
 /** A memory that lasts this run only: where the state folder cannot be read. */
 function memoryOnly(): MemoryStore {
   const map = new Map<string, KeptRecord>();
@@ -74,15 +94,31 @@ export = function (RED: NodeAPI): void {
   }
 
   function setUp(node: Node, def: JobEventsDef): void {
-    const config = RED.nodes.getNode(def.server) as graphGenConfig.GraphGenConfigNode | null;
-    const connection = config?.connection;
-    if (!connection) {
-      node.status(statusFailed(text(config?.settingsError ? 'status.bad-config' : 'status.no-config')));
-      node.warn(config?.settingsError ?? text('errors.no-config'));
+    // One server, or each of the pool's (their events then carry msg.server).
+    let servers: Array<{ connection: GenerationConnection; server?: ServerRef }>;
+    try {
+      const target = generationTarget(RED, def, text);
+      servers = target.pool
+        ? target.pool.members.map((member) => ({
+            connection: member.connection,
+            server: target.pool.refOf(member),
+          }))
+        : [{ connection: target.connection }];
+    } catch (error) {
+      const message = errorText(error);
+      node.status(
+        statusFailed(text(message === text('errors.no-config') ? 'status.no-config' : 'status.bad-config')),
+      );
+      node.warn(message);
       return;
     }
     let closing = false;
-    let watcher: JobEvents | undefined;
+    const watchers: JobEvents[] = [];
+    const states: WatchState[] = servers.map(() => 'starting');
+    const showState = (): void => {
+      const worst = STATE_ORDER.find((state) => states.includes(state)) ?? 'starting';
+      node.status(statusOf(worst, text));
+    };
     let journal: Journal<KeptRecord> | undefined;
     const log = (message: string) => node.warn(message);
 
@@ -98,18 +134,30 @@ export = function (RED: NodeAPI): void {
       })
       .then((store) => {
         if (closing) return;
-        watcher = new JobEvents(connection, {
-          events: eventsOf(def.events),
-          clients: def.clients === 'others' ? 'others' : 'all',
-          store,
-          // The memory is of one server: another config node or address starts it anew.
-          scope: `${def.server} ${connection.settings.baseUrl}`,
-          emit: (event) =>
-            node.send({ topic: event.topic, prompt_id: event.prompt_id, payload: event.payload }),
-          onState: (state) => node.status(statusOf(state, text)),
-          log: (level, message) => (level === 'warn' ? node.warn(message) : node.debug(message)),
+        servers.forEach(({ connection, server }, index) => {
+          const watcher = new JobEvents(connection, {
+            events: eventsOf(def.events),
+            clients: def.clients === 'others' ? 'others' : 'all',
+            // A pool's servers each keep their own part (the journal's keys of a lone server have no prefix).
+            store: server ? partOf(store, `${server.id}:`) : store,
+            // The memory is of one server: another config node or address starts it anew.
+            scope: `${server?.id ?? def.server} ${connection.settings.baseUrl}`,
+            emit: (event) =>
+              node.send({
+                topic: event.topic,
+                prompt_id: event.prompt_id,
+                payload: event.payload,
+                ...(server ? { server } : {}),
+              }),
+            onState: (state) => {
+              states[index] = state;
+              showState();
+            },
+            log: (level, message) => (level === 'warn' ? node.warn(message) : node.debug(message)),
+          });
+          watchers.push(watcher);
+          watcher.start();
         });
-        watcher.start();
       })
       .catch((error: unknown) =>
         node.warn(`graph-gen: the job events node could not start: ${errorText(error)}`),
@@ -117,7 +165,7 @@ export = function (RED: NodeAPI): void {
 
     node.on('close', (removed: boolean, done: () => void) => {
       closing = true;
-      watcher?.close();
+      for (const watcher of watchers) watcher.close();
       // Stopped: the memory is written for the next start; removed from the flows: it goes.
       void opening
         .then(() => (removed ? journal?.destroy() : journal?.close()))

@@ -7,26 +7,24 @@ import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { shownValue } from '../boundary/json-values';
 import { promptIdsOf } from '../generation/transfer/rest-client';
-import {
-  catalogTexts,
-  handleMessages,
-  generationConnection,
-  showSocketTrouble,
-  statusOk,
-  type Texts,
-} from './node-helpers';
+import { catalogTexts, handleMessages, statusOk, type Texts } from './node-helpers';
+import { generationTarget, showTargetTrouble } from './generation-target';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
 const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
 
 interface QueueDef extends NodeDef {
   server: string;
+  /** A graph-gen-pool node: every server of the pool (then `server` is not used). */
+  pool?: string;
   action?: QueueAction;
 }
 
 type QueueMessage = NodeMessageInFlow & {
   action?: unknown;
   prompt_id?: unknown;
+  /** Through a pool: the server the jobs to cancel or interrupt are on ({id, name}). */
+  server?: unknown;
   running?: string[];
   pending?: string[];
   removed?: string[];
@@ -55,22 +53,26 @@ export = function (RED: NodeAPI) {
     RED.nodes.createNode(this, def);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
-    const status = showSocketTrouble(RED, node, def.server, texts);
+    const status = showTargetTrouble(RED, node, def, texts);
 
     async function handle(msg: QueueMessage, signal: AbortSignal): Promise<void> {
-      const connection = generationConnection(RED, def.server, texts);
+      // Through a pool: every server's queue; a cancel or interrupt goes to each job's server.
+      const { pool, connection } = generationTarget(RED, def, texts);
       const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
       if (!ACTIONS.includes(action as QueueAction)) {
         throw invalidInput(texts('errors.bad-action', { action: shownValue(action) }));
       }
       if (action === 'list') {
-        const queue = await connection.dialect.queueState(signal);
+        const queue = pool ? await pool.queueState(signal) : await connection.dialect.queueState(signal);
         msg.payload = queue;
         msg.running = promptIdsOf(queue.queue_running);
         msg.pending = promptIdsOf(queue.queue_pending);
         status(statusOk(texts('status.listed', { running: msg.running.length, queued: msg.pending.length })));
       } else if (action === 'cancel') {
-        const outcome = await connection.cancel(idsToCancel(msg, texts), signal);
+        const ids = idsToCancel(msg, texts);
+        const outcome = pool
+          ? await pool.cancel(ids, msg.server, signal)
+          : await connection.cancel(ids, signal);
         msg.payload = outcome.body;
         msg.removed = outcome.removed;
         msg.interrupted = outcome.interrupted;
@@ -83,7 +85,9 @@ export = function (RED: NodeAPI) {
         if (target !== undefined && target !== '' && typeof target !== 'string') {
           throw invalidInput(texts('errors.interrupt-id-not-text'));
         }
-        msg.payload = await connection.interrupt(target || undefined, signal);
+        msg.payload = pool
+          ? await pool.interrupt(target || undefined, msg.server, signal)
+          : await connection.interrupt(target || undefined, signal);
         status(statusOk(texts('status.interrupted')));
       }
     }

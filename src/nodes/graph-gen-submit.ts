@@ -10,6 +10,7 @@ import { ServiceError, invalidInput } from '../http/errors';
 import { jsonProblemOf } from '../boundary/json-values';
 import { ownValue } from '../boundary/outside';
 import type { GenerationConnection } from '../generation/connection';
+import type { SubmitResult } from '../generation/transfer/rest-client';
 import type { NodeTypeDefinition } from '../generation/workflows/workflow';
 import {
   applyNewSeeds,
@@ -26,18 +27,14 @@ import {
 } from '../generation/workflows/workflow';
 import { convertUiWorkflow, isUiWorkflow, uiClassTypes } from '../generation/workflows/ui-workflow';
 import { checkedWorkflowName, readSavedWorkflow } from '../generation/workflows/saved-workflows';
-import {
-  asServiceError,
-  catalogTexts,
-  handleMessages,
-  generationConnection,
-  showSocketTrouble,
-  statusWaiting,
-  statusOk,
-} from './node-helpers';
+import { needsOf, type WorkflowNeeds } from '../generation/pool/needs';
+import { asServiceError, catalogTexts, handleMessages, statusWaiting, statusOk } from './node-helpers';
+import { generationTarget, showTargetTrouble } from './generation-target';
 
 interface SubmitDef extends NodeDef {
   server: string;
+  /** A graph-gen-pool node: the job goes to one of its servers (then `server` is not used). */
+  pool?: string;
   workflow?: string;
   /** A workflow saved on the server, read by name for each msg; absent or '' on nodes saved before it existed. */
   savedWorkflow?: string;
@@ -53,7 +50,11 @@ type SubmitMessage = NodeMessageInFlow & {
   prompt_id?: string;
   workflow?: unknown;
   seeds?: unknown;
+  server?: unknown;
 };
+
+/** The server read from before the job has one (saved workflows, node definitions), for what the job needs. */
+type Reader = (needs?: WorkflowNeeds) => Promise<GenerationConnection>;
 
 /** How long a submit waits for the shared socket, so no event of the new job is missed. */
 const SOCKET_WAIT_MS = 5_000;
@@ -69,7 +70,7 @@ export = function (RED: NodeAPI) {
     const setting = (def.workflow ?? '').trim();
     const savedName = (def.savedWorkflow ?? '').trim();
     const newSeed = def.newSeed === true;
-    const status = showSocketTrouble(RED, node, def.server, texts);
+    const status = showTargetTrouble(RED, node, def, texts);
     let warnedNoPartnerKey = false;
     let warnedNoDefinitions = false;
 
@@ -77,11 +78,7 @@ export = function (RED: NodeAPI) {
      * The workflow of this msg: msg.payload when it is one, else the saved workflow this node names (read for
      * each msg: it may have changed on the server since the last), else the node's own.
      */
-    async function templateFor(
-      msg: SubmitMessage,
-      connection: GenerationConnection,
-      signal: AbortSignal,
-    ): Promise<unknown> {
+    async function templateFor(msg: SubmitMessage, reader: Reader, signal: AbortSignal): Promise<unknown> {
       const fromPayload = readWorkflow(msg.payload);
       if (
         fromPayload !== undefined &&
@@ -91,6 +88,7 @@ export = function (RED: NodeAPI) {
       if (savedName !== '') {
         const name = checkedWorkflowName(savedName, texts('errors.saved-setting'));
         status(statusWaiting(texts('status.reading')));
+        const connection = await reader();
         return readSavedWorkflow(connection.savedWorkflowsClient(), name, {
           signal,
           maxBytes: connection.limits.answerBytes,
@@ -107,16 +105,14 @@ export = function (RED: NodeAPI) {
     }
 
     /** An API-format workflow: a UI-format one is converted with the server's node definitions. */
-    async function apiWorkflow(
-      raw: unknown,
-      connection: GenerationConnection,
-      signal: AbortSignal,
-    ): Promise<Workflow> {
+    async function apiWorkflow(raw: unknown, reader: Reader, signal: AbortSignal): Promise<Workflow> {
       if (!isUiWorkflow(raw)) return validateWorkflow(raw);
       status(statusWaiting(texts('status.converting')));
       let definitions: Record<string, NodeTypeDefinition>;
       try {
-        definitions = await connection.definitions().definitionsFor(uiClassTypes(raw), signal);
+        const classTypes = uiClassTypes(raw);
+        const connection = await reader({ classTypes, models: [] });
+        definitions = await connection.definitions().definitionsFor(classTypes, signal);
       } catch (error) {
         if (signal.aborted) throw error;
         const cause = asServiceError(error);
@@ -146,8 +142,15 @@ export = function (RED: NodeAPI) {
     }
 
     async function handle(msg: SubmitMessage, signal: AbortSignal): Promise<void> {
-      const connection = generationConnection(RED, def.server, texts);
-      const template = await apiWorkflow(await templateFor(msg, connection, signal), connection, signal);
+      const target = generationTarget(RED, def, texts);
+      const { pool } = target;
+      // Through a pool: the server msg.server names (an upload went there), else the one the job would go to now.
+      const pinned = pool?.pinnedBy(msg.server);
+      const reader: Reader = async (needs) =>
+        target.connection ??
+        pinned?.connection ??
+        (await pool!.order(needs, undefined, signal))[0].connection;
+      const template = await apiWorkflow(await templateFor(msg, reader, signal), reader, signal);
       const overrides = resolveOverrides(template, msg.inputs);
       const prompt: Workflow = validateWorkflow(applyResolvedOverrides(template, overrides));
       // A workflow that refers to itself (or holds a BigInt) would fail only when it is written as JSON.
@@ -158,6 +161,7 @@ export = function (RED: NodeAPI) {
         );
       }
 
+      const connection = await reader(needsOf(prompt));
       const partnerKey = connection.settings.partnerKey;
       let sendPartnerKey = partnerMode === 'always' || (partnerMode === 'auto' && msg.partner === true);
       const findPartnerNodes = partnerMode === 'auto' && !sendPartnerKey && Boolean(partnerKey);
@@ -196,10 +200,18 @@ export = function (RED: NodeAPI) {
           node.warn(texts('warnings.no-partner-key'));
         }
       }
-      const extraData =
-        sendPartnerKey && partnerKey ? { [connection.settings.partnerKeyField]: partnerKey } : undefined;
-
       status(statusWaiting(texts('status.submitting')));
+      if (pool) {
+        // The pool waits for the chosen server's socket, and sends each server its own partner key.
+        const { result, member } = await pool.submit(
+          prompt,
+          { partner: sendPartnerKey, server: msg.server },
+          signal,
+        );
+        sent(msg, result, prompt);
+        msg.server = pool.refOf(member);
+        return;
+      }
       // Wait (bounded) for the shared socket so no event of the new job is missed; without it the job is
       // still submitted and carried by status polling.
       await connection
@@ -208,7 +220,11 @@ export = function (RED: NodeAPI) {
         .catch(() => false);
       // Closed meanwhile (a redeploy): a job submitted now would belong to no flow.
       signal.throwIfAborted();
-      const result = await connection.submit(prompt, extraData, signal);
+      const result = await connection.submit(prompt, connection.partnerExtra(sendPartnerKey), signal);
+      sent(msg, result, prompt);
+    }
+
+    function sent(msg: SubmitMessage, result: SubmitResult, prompt: Workflow): void {
       msg.prompt_id = result.prompt_id;
       msg.payload = result;
       msg.workflow = prompt;

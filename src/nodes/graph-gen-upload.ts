@@ -16,15 +16,16 @@ import {
   catalogTexts,
   evaluateProperty,
   handleMessages,
-  generationConnection,
-  showSocketTrouble,
   statusWaiting,
   statusOk,
   type Texts,
 } from './node-helpers';
+import { generationTarget, showTargetTrouble } from './generation-target';
 
 interface UploadDef extends NodeDef {
   server: string;
+  /** A graph-gen-pool node: the server is chosen per msg (then `server` is not used). */
+  pool?: string;
   mode?: 'image' | 'mask';
   filename?: string;
   filenameType?: string;
@@ -40,6 +41,8 @@ interface UploadDef extends NodeDef {
 }
 
 type UploadMessage = NodeMessageInFlow & {
+  /** Through a pool: the server of the msg's job or upload ({id, name}). */
+  server?: unknown;
   filename?: unknown;
   type?: unknown;
   overwrite?: unknown;
@@ -87,10 +90,13 @@ export = function (RED: NodeAPI) {
       timeoutMs: Math.round(positive(def.urlTimeout, DEFAULT_URL_LIMITS.timeoutMs / 1000) * 1000),
       allowLocal: def.urlLocal === true,
     };
-    const status = showSocketTrouble(RED, node, def.server, texts);
+    const status = showTargetTrouble(RED, node, def, texts);
 
     async function handle(msg: UploadMessage, signal: AbortSignal): Promise<void> {
-      const connection = generationConnection(RED, def.server, texts);
+      const target = generationTarget(RED, def, texts);
+      // Through a pool: the server msg.server names, else the best one now; the submit after follows it.
+      const member = target.pool ? await target.pool.memberForUpload(msg.server, signal) : undefined;
+      const connection = member?.connection ?? target.connection!;
       const filenameSetting = await evaluateProperty(
         RED,
         node,
@@ -132,6 +138,7 @@ export = function (RED: NodeAPI) {
         });
         msg.payload = result;
         msg.filename = result.name;
+        if (member) msg.server = target.pool!.refOf(member);
         status(statusOk(texts('status.uploaded', { name: result.name })));
       } finally {
         await source.release();

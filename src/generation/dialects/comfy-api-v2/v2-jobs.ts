@@ -15,7 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { HttpClient } from '../../../http/client';
-import { outcomeUnknown } from '../../../http/client';
+import { mayHaveReached, outcomeUnknown } from '../../../http/client';
 import { ServiceError } from '../../../http/errors';
 import { setOwn } from '../../../boundary/outside';
 import type { CancelOutcome } from '../../jobs/cancels';
@@ -195,9 +195,12 @@ export class V2Jobs {
       }
       if (look.kind === 'absent' && ++absent === 2) return undefined;
     }
-    throw new ServiceError(
-      'network',
-      `${lost.message}; the server could not tell whether it took the workflow, so it was not sent again: list the jobs or check the queue before you submit it again`,
+    // It may be there: never sent anywhere else (a pool's failover).
+    throw mayHaveReached(
+      new ServiceError(
+        'network',
+        `${lost.message}; the server could not tell whether it took the workflow, so it was not sent again: list the jobs or check the queue before you submit it again`,
+      ),
     );
   }
 

@@ -5,7 +5,7 @@
  * ServerDialect interface. No Node-RED inside.
  */
 import { randomUUID } from 'node:crypto';
-import { outcomeUnknown } from '../../../http/client';
+import { mayHaveReached, outcomeUnknown } from '../../../http/client';
 import { ServiceError } from '../../../http/errors';
 import { cancelJobs, type CancelOutcome } from '../../jobs/cancels';
 import { JobLookup } from '../../jobs/job-lookup';
@@ -103,9 +103,12 @@ export class ComfyUiDialect implements ServerDialect {
       if (answer?.kind === 'phase') return true;
       if (answer?.kind === 'unknown' && ++unknown === 2) return false;
     }
-    throw new ServiceError(
-      'network',
-      `${lost.message}; the server could not tell whether it has job ${promptId}, so it was not sent again: check the queue before you submit it again`,
+    // It may be there: never sent anywhere else (a pool's failover).
+    throw mayHaveReached(
+      new ServiceError(
+        'network',
+        `${lost.message}; the server could not tell whether it has job ${promptId}, so it was not sent again: check the queue before you submit it again`,
+      ),
     );
   }
 
