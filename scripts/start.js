@@ -1,9 +1,16 @@
 'use strict';
 // `npm start`: Node-RED on 127.0.0.1 with this package and every example flow deployed, talking to real services
 // when GRAPH_GEN_URL / AUTOMATION_URL are set, else to the sandbox started beside it. The user dir is the
-// git-ignored .node-red-user/. Stops both processes on Ctrl-C.
+// git-ignored .node-red-user/. Stops Node-RED and the sandboxes on Ctrl-C.
 //
-//   npm start                       examples against the sandbox (or the services named in the environment)
+// Example 10's server pool has a second generation server, "server B", whose address is ${GRAPH_GEN_URL_2}:
+//   - GRAPH_GEN_URL not set: a second sandbox process (same key as the first), so the pool has two servers;
+//   - GRAPH_GEN_URL set: GRAPH_GEN_URL_2 when that is set, else GRAPH_GEN_URL (both members on one service);
+//   - GRAPH_GEN_URL_2 without GRAPH_GEN_URL: refused (server B would get the sandbox's key).
+// Server B reads its key from GRAPH_GEN_API_KEY as every generation config node does; every other config node
+// points at the first sandbox (or GRAPH_GEN_URL).
+//
+//   npm start                       examples against the sandboxes (or the services named in the environment)
 //   npm start -- --reset            throw away edited flows and deploy the examples again
 //   PORT=1881 npm start             another port
 //   NODE_RED_DIR=<dir> npm start    another Node-RED: a folder with node_modules/node-red, or node-red itself
@@ -509,8 +516,17 @@ function portFree(port) {
   });
 }
 
-/** Which services the examples talk to: the environment's, or the sandbox's for any that is not set. */
+/**
+ * Which services the examples talk to: the environment's, or the sandbox's for any that is not set.
+ * `generation2` is example 10's server B (see the header): a sandbox of its own, or GRAPH_GEN_URL_2 / GRAPH_GEN_URL.
+ */
 function servicesFromEnvironment(env = process.env) {
+  if (env.GRAPH_GEN_URL_2 && !env.GRAPH_GEN_URL) {
+    throw new Error(
+      'GRAPH_GEN_URL_2 is set without GRAPH_GEN_URL: set both (server B uses GRAPH_GEN_API_KEY too), ' +
+        'or neither to run example 10 against two sandboxes',
+    );
+  }
   return {
     generation: env.GRAPH_GEN_URL
       ? {
@@ -520,6 +536,13 @@ function servicesFromEnvironment(env = process.env) {
           sandbox: false,
         }
       : { sandbox: true, apiKey: `sandbox-${crypto.randomBytes(8).toString('hex')}` },
+    generation2: env.GRAPH_GEN_URL
+      ? {
+          url: env.GRAPH_GEN_URL_2 || env.GRAPH_GEN_URL,
+          apiKey: env.GRAPH_GEN_API_KEY || undefined,
+          sandbox: false,
+        }
+      : { sandbox: true },
     automation: env.AUTOMATION_URL
       ? { url: env.AUTOMATION_URL, apiKey: env.AUTOMATION_API_KEY || undefined, sandbox: false }
       : { sandbox: true, apiKey: `sandbox-${crypto.randomBytes(8).toString('hex')}` },
@@ -542,7 +565,7 @@ async function main() {
   const stop = async (code) => {
     if (stopping) return;
     stopping = true;
-    process.stdout.write('\nstopping Node-RED and the sandbox...\n');
+    process.stdout.write('\nstopping Node-RED and the sandboxes...\n');
     await stopProcesses(children);
     process.exit(code);
   };
@@ -557,18 +580,27 @@ async function main() {
   }
 }
 
-async function startEverything({ services, children, port, userDir, reset, isStopping, stop }) {
+/**
+ * Starts the sandbox processes the services need: one for every service the environment does not name, and a
+ * second for example 10's server B (`generation2`) when it is a sandbox too. Gives the services their addresses
+ * and resolves with the environment Node-RED reads them from (the examples' ${VAR}s). Each child is pushed to
+ * `children` as soon as it runs, so the caller can stop those already up when a later one fails; `onExit(name,
+ * code)` hears of one that stops after it started.
+ */
+async function startServices(services, { children = [], onExit = () => undefined } = {}) {
+  const storageUrls = [];
+  const startOne = async (name, options) => {
+    const sandbox = await startSandboxProcess(options);
+    children.push(sandbox.child);
+    sandbox.child.on('exit', (code) => onExit(name, code));
+    // A sandbox with a generation key has a storage host of its own: Node-RED must trust each.
+    if (sandbox.storageUrl) storageUrls.push(sandbox.storageUrl);
+    return sandbox;
+  };
   if (services.generation.sandbox || services.automation.sandbox) {
-    const sandbox = await startSandboxProcess({
+    const sandbox = await startOne('the sandbox', {
       generationKey: services.generation.sandbox ? services.generation.apiKey : undefined,
       automationKey: services.automation.sandbox ? services.automation.apiKey : undefined,
-    });
-    children.push(sandbox.child);
-    sandbox.child.on('exit', (code) => {
-      if (!isStopping()) {
-        process.stderr.write(`the sandbox stopped unexpectedly (exit ${code})\n`);
-        stop(1);
-      }
     });
     if (services.generation.sandbox) {
       services.generation.url = sandbox.url;
@@ -576,17 +608,39 @@ async function startEverything({ services, children, port, userDir, reset, isSto
     }
     if (services.automation.sandbox) services.automation.url = sandbox.url;
   }
-
-  const prepared = prepareUserDir(userDir, { port, services, reset });
+  const second = services.generation2 ?? { url: services.generation.url, sandbox: false };
+  if (second.sandbox) {
+    // Server B takes the first's key: every generation config node reads ${GRAPH_GEN_API_KEY}.
+    const sandbox = await startOne('the second sandbox', { generationKey: services.generation.apiKey });
+    second.url = sandbox.url;
+    second.storageUrl = sandbox.storageUrl;
+  }
+  services.generation2 = second;
   const env = {
     GRAPH_GEN_URL: services.generation.url,
+    GRAPH_GEN_URL_2: second.url,
     GRAPH_GEN_API_KEY: services.generation.apiKey || '',
     GRAPH_GEN_PARTNER_KEY: services.generation.partnerKey || '',
     AUTOMATION_URL: services.automation.url,
     AUTOMATION_API_KEY: services.automation.apiKey || '',
-    // The sandbox's storage host is on this machine: its downloads' redirects are followed only when trusted.
-    ...(services.generation.storageUrl ? { GRAPH_GEN_TRUSTED_ORIGINS: services.generation.storageUrl } : {}),
+    // The sandboxes' storage hosts are on this machine: their downloads' redirects are followed only when trusted.
+    ...(storageUrls.length > 0 ? { GRAPH_GEN_TRUSTED_ORIGINS: storageUrls.join(',') } : {}),
   };
+  return { services, children, env };
+}
+
+async function startEverything({ services, children, port, userDir, reset, isStopping, stop }) {
+  const { env } = await startServices(services, {
+    children,
+    onExit: (name, code) => {
+      if (!isStopping()) {
+        process.stderr.write(`${name} stopped unexpectedly (exit ${code})\n`);
+        stop(1);
+      }
+    },
+  });
+
+  const prepared = prepareUserDir(userDir, { port, services, reset });
   const nodeRed = await startNodeRed({ userDir, port, env });
   children.push(nodeRed.child);
   nodeRed.child.on('exit', (code) => {
@@ -603,12 +657,13 @@ async function startEverything({ services, children, port, userDir, reset, isSto
       `  Node-RED editor:     ${nodeRed.url}`,
       `  dashboard page:      ${nodeRed.url}dashboard (example 08, FlowFuse Dashboard 2.0)`,
       `  generation service:  ${describe(services.generation)}`,
+      `  pool's server B:     ${describe(services.generation2)} (example 10)`,
       `  automation service:  ${describe(services.automation)}`,
       `  user dir:            ${path.relative(process.cwd(), userDir) || userDir}`,
       prepared.flows === 'kept'
         ? '  flows:               your edited flows (npm start -- --reset deploys the examples again)'
         : `  flows:               ${prepared.count} example tabs deployed`,
-      '  Ctrl-C stops Node-RED and the sandbox.',
+      '  Ctrl-C stops Node-RED and the sandboxes.',
       '',
     ].join('\n') + '\n',
   );
@@ -623,6 +678,8 @@ module.exports = {
   prepareUserDir,
   ensureDashboard,
   startSandboxProcess,
+  startServices,
+  servicesFromEnvironment,
   startNodeRed,
   stopProcesses,
   freePort,

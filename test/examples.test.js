@@ -77,7 +77,7 @@ describe('examples: every example flow runs against the sandbox', function () {
     }
   });
 
-  it('ships the nine examples, each with a comment node that says what to configure', () => {
+  it('ships the ten examples, each with a comment node that says what to configure', () => {
     assert.deepStrictEqual(Object.keys(examples), [
       '01-text-to-image',
       '02-image-to-image',
@@ -88,6 +88,7 @@ describe('examples: every example flow runs against the sandbox', function () {
       '07-manual-paging',
       '08-prompt-to-picture-page',
       '09-job-events',
+      '10-server-pool',
     ]);
     const used = new Set();
     for (const [name, nodes] of Object.entries(examples)) {
@@ -105,13 +106,49 @@ describe('examples: every example flow runs against the sandbox', function () {
       );
       for (const config of configs) {
         assert.ok(!('credentials' in config), `${name} carries credentials`);
-        assert.match(JSON.stringify(config), /\$\{(GRAPH_GEN|AUTOMATION)_URL\}/);
+        // (GRAPH_GEN_URL_2: the pool example's second server.)
+        assert.match(JSON.stringify(config), /\$\{(GRAPH_GEN|AUTOMATION)_URL(_2)?\}/);
       }
       nodes.forEach((node) => used.add(node.type));
     }
     for (const type of Object.keys(require('../package.json')['node-red'].nodes)) {
       assert.ok(used.has(type), `no example uses ${type}`);
     }
+  });
+
+  it('10-server-pool: every generation node goes through one pool of two servers, A and B, soonest first', () => {
+    // Run end to end against two sandboxes by test/examples-pool.test.js (it needs the graph-gen-pool node).
+    const nodes = examples['10-server-pool'];
+    const pools = nodes.filter((node) => node.type === 'graph-gen-pool');
+    assert.strictEqual(pools.length, 1);
+    const [pool] = pools;
+    assert.strictEqual(pool.name, 'two servers');
+    assert.strictEqual(pool.strategy, 'soonest');
+    const config = (id) => nodes.find((node) => node.id === id && node.type === 'graph-gen-config');
+    assert.deepStrictEqual(
+      [config(pool.server1)?.name, config(pool.server2)?.name],
+      ['server A', 'server B'],
+      'the pool has not server A and server B of this example as its members',
+    );
+    for (const slot of [3, 4, 5, 6, 7, 8]) assert.strictEqual(pool[`server${slot}`], '');
+    assert.strictEqual(config(pool.server1).baseUrl, '${GRAPH_GEN_URL}');
+    assert.strictEqual(config(pool.server2).baseUrl, '${GRAPH_GEN_URL_2}');
+    const flowNodes = nodes.filter((node) => node.type.startsWith('graph-gen-') && node.z);
+    assert.deepStrictEqual(flowNodes.map((node) => node.type).sort(), [
+      'graph-gen-await-job',
+      'graph-gen-download',
+      'graph-gen-submit',
+    ]);
+    for (const node of flowNodes) {
+      assert.strictEqual(node.pool, pool.id, `${node.type} does not go through the pool`);
+      assert.strictEqual(node.server, pool.server1);
+    }
+    // The same workflow as the text-to-image example's, and a debug node that names each job's server.
+    const submit = (name) => examples[name].find((node) => node.type === 'graph-gen-submit');
+    assert.strictEqual(submit('10-server-pool').workflow, submit('01-text-to-image').workflow);
+    const ranOn = nodes.find((node) => node.type === 'debug' && node.name === 'ran on');
+    assert.strictEqual(ranOn.complete, 'server.name');
+    assert.match(nodes.find((node) => node.type === 'comment').info, /soonest[\s\S]*msg\.server/);
   });
 
   it('01-text-to-image: inject -> submit -> await -> download -> file writes the image', async () => {

@@ -1,8 +1,10 @@
 'use strict';
 // scripts/start.js (`npm start`) as a user meets it: the user dir it prepares (links that Windows accepts,
-// credentials that are never plain text, even a key typed in the editor), and the sandbox process it starts
-// (its output not kept once it is up).
+// credentials that are never plain text, even a key typed in the editor), the sandbox process it starts
+// (its output not kept once it is up), and the second sandbox it starts for example 10's server pool (server B
+// there, every other config node at the first; both stopped on Ctrl-C).
 const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -151,5 +153,110 @@ describe('npm start (scripts/start.js)', function () {
       assert.ok(error.message.length < 70 * 1024, `${error.message.length} characters of output kept`);
       return true;
     });
+  });
+
+  it('takes server B of the pool from GRAPH_GEN_URL_2, else GRAPH_GEN_URL, and a sandbox of its own when neither is set', async () => {
+    const real = start.servicesFromEnvironment({
+      GRAPH_GEN_URL: 'https://a.example',
+      GRAPH_GEN_API_KEY: 'k',
+    });
+    assert.deepEqual(real.generation2, { url: 'https://a.example', apiKey: 'k', sandbox: false });
+    const two = start.servicesFromEnvironment({
+      GRAPH_GEN_URL: 'https://a.example',
+      GRAPH_GEN_URL_2: 'https://b.example',
+      AUTOMATION_URL: 'https://automation.example',
+    });
+    assert.equal(two.generation2.url, 'https://b.example');
+    // Real services only: no sandbox is started, and Node-RED is told both addresses.
+    const children = [];
+    const { env } = await start.startServices(two, { children });
+    assert.deepEqual(children, []);
+    assert.equal(env.GRAPH_GEN_URL, 'https://a.example');
+    assert.equal(env.GRAPH_GEN_URL_2, 'https://b.example');
+    assert.equal(env.GRAPH_GEN_TRUSTED_ORIGINS, undefined);
+
+    assert.equal(start.servicesFromEnvironment({}).generation2.sandbox, true);
+    assert.throws(
+      () => start.servicesFromEnvironment({ GRAPH_GEN_URL_2: 'https://b.example' }),
+      /GRAPH_GEN_URL_2 is set without GRAPH_GEN_URL/,
+    );
+  });
+
+  it("starts a second sandbox for the pool's server B: server B points at it, every other config node at the first", async function () {
+    this.timeout(30000);
+    const children = [];
+    try {
+      const services = start.servicesFromEnvironment({});
+      const { env } = await start.startServices(services, { children });
+      assert.equal(children.length, 2, 'not two sandbox processes');
+      assert.notEqual(env.GRAPH_GEN_URL_2, env.GRAPH_GEN_URL);
+      // Both answer with the one key every generation config node reads (${GRAPH_GEN_API_KEY}).
+      for (const url of [env.GRAPH_GEN_URL, env.GRAPH_GEN_URL_2]) {
+        const queue = await fetch(`${url}/api/queue`, { headers: { 'X-API-Key': env.GRAPH_GEN_API_KEY } });
+        assert.equal(queue.status, 200, `${url} answered ${queue.status}`);
+      }
+      // Each has a storage host of its own, which Node-RED must trust to follow its downloads' redirects.
+      const origins = env.GRAPH_GEN_TRUSTED_ORIGINS.split(',');
+      assert.equal(new Set(origins).size, 2, env.GRAPH_GEN_TRUSTED_ORIGINS);
+
+      // What Node-RED makes of the deployed examples' addresses (a whole-property ${VAR} from its environment).
+      prepare({ services });
+      const flows = JSON.parse(fs.readFileSync(path.join(userDir, 'flows.json'), 'utf8'));
+      const address = (node) => node.baseUrl.replace(/^\$\{(\S+)\}$/, (_, name) => env[name]);
+      const pools = flows.filter((node) => node.type === 'graph-gen-pool');
+      assert.equal(pools.length, 1, 'one pool among the deployed examples');
+      const configs = flows.filter((node) => node.type === 'graph-gen-config');
+      const member = (slot) => configs.find((config) => config.id === pools[0][slot]);
+      assert.equal(member('server1').name, 'server A');
+      assert.equal(member('server2').name, 'server B');
+      assert.equal(address(member('server2')), env.GRAPH_GEN_URL_2);
+      const others = configs.filter((config) => config !== member('server2'));
+      assert.ok(others.length >= 2, "server A and the other examples' config node");
+      for (const config of others) assert.equal(address(config), env.GRAPH_GEN_URL, config.name);
+      // Server B's key is the same ${GRAPH_GEN_API_KEY}, which the second sandbox takes.
+      const credentials = start.decryptCredentials(storedCredentials(), secret());
+      assert.equal(credentials[member('server2').id].apiKey, '${GRAPH_GEN_API_KEY}');
+    } finally {
+      await start.stopProcesses(children, 2000);
+    }
+    assert.ok(children.every((child) => child.exitCode !== null || child.signalCode !== null));
+  });
+
+  it('npm start runs both sandboxes beside Node-RED, says where, and Ctrl-C stops them all', async function () {
+    this.timeout(90000);
+    const port = await start.freePort();
+    const env = { ...process.env, PORT: String(port), NODE_RED_USER_DIR: userDir };
+    for (const name of ['GRAPH_GEN_URL', 'GRAPH_GEN_URL_2', 'AUTOMATION_URL', 'GRAPH_GEN_API_KEY'])
+      delete env[name];
+    const script = spawn(process.execPath, [path.join(__dirname, '..', 'scripts', 'start.js')], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    script.stdout.on('data', (data) => (output += data));
+    script.stderr.on('data', (data) => (output += data));
+    const exited = new Promise((resolve) => script.once('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      for (let waited = 0; !/Ctrl-C stops/.test(output); waited += 100) {
+        assert.ok(waited < 80000 && script.exitCode === null, `npm start did not start:\n${output}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      const first = /generation service: +the sandbox at (http:\/\/\S+)/.exec(output)?.[1];
+      const second = /pool's server B: +the sandbox at (http:\/\/\S+) \(example 10\)/.exec(output)?.[1];
+      assert.ok(first && second, output);
+      assert.notEqual(first, second);
+      // A generation server with a key: the queue without one is refused, which only a sandbox up says.
+      for (const url of [first, second]) assert.equal((await fetch(`${url}/api/queue`)).status, 401);
+      script.kill('SIGINT');
+      assert.deepEqual(await exited, { code: 0, signal: null });
+      for (const url of [first, second, `http://127.0.0.1:${port}/`]) {
+        await assert.rejects(fetch(url), TypeError, `${url} still answers after Ctrl-C`);
+      }
+    } finally {
+      if (script.exitCode === null) {
+        script.kill('SIGINT');
+        await exited;
+      }
+    }
   });
 });

@@ -101,6 +101,7 @@ describe('dashboard example: the prompt-to-picture page in a real browser', func
       stdio: ['ignore', 'pipe', 'pipe'],
       env: {
         GRAPH_GEN_URL: sandbox.url,
+        GRAPH_GEN_URL_2: sandbox.url, // example 10's server B, deployed with the other examples
         GRAPH_GEN_API_KEY: '',
         GRAPH_GEN_PARTNER_KEY: '',
         AUTOMATION_URL: sandbox.url,

@@ -36,6 +36,8 @@ async function startStack() {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: {
         GRAPH_GEN_URL: sandbox.url,
+        // Example 10's server B: the same sandbox here (its test deploys it against two: examples-pool.test.js).
+        GRAPH_GEN_URL_2: sandbox.url,
         GRAPH_GEN_API_KEY: keys.generation,
         GRAPH_GEN_PARTNER_KEY: '',
         AUTOMATION_URL: sandbox.url,
