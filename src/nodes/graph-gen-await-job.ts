@@ -339,8 +339,13 @@ export = function (RED: NodeAPI): void {
       if (!fitsTimer(seconds * 1000)) throw invalidInput(text('errors.long-timeout'));
       const id = promptId.trim();
       if (pool) {
-        // Refused now (not after the kept await is written) when the pool cannot tell the job's server.
-        jobConnection(target, id, (msg as { server?: unknown }).server);
+        // Refused now (not after the kept await is written) when the pool cannot tell the job's server; named in
+        // the msg (and so in the kept await) when it can.
+        (msg as { server?: unknown }).server = jobConnection(
+          target,
+          id,
+          (msg as { server?: unknown }).server,
+        ).server;
         if (runAgain && typeof (msg as { attempt?: unknown }).attempt !== 'number')
           (msg as { attempt?: unknown }).attempt = 1;
       }
