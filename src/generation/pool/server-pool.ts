@@ -431,6 +431,8 @@ export class ServerPool {
       onConnectionState: (state) => {
         watch.socketState = state;
         if (state === 'open') watch.heard();
+        // A socket that went down is a failure to reach it: what it answered before no longer makes it up.
+        else if (state === 'down' || state === 'unauthorized') watch.failedAt = Date.now();
         this.toldUp();
       },
       onQueueStatus: (queueRemaining) => {
