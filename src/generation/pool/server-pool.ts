@@ -21,6 +21,7 @@ import { ServiceError, invalidInput } from '../../http/errors';
 import { errorText, ownValue, textOf } from '../../boundary/outside';
 import { isRecord } from '../../boundary/json-values';
 import type { CancelOutcome, GenerationConnection } from '../connection';
+import { readQueueEntryId } from '../jobs/job-ids';
 import type { ConnectionState } from '../jobs/socket-manager';
 import type { QueueState, SubmitResult } from '../transfer/rest-client';
 import { DIALOG_DEFINITIONS } from '../workflows/definitions-cache';
@@ -521,9 +522,16 @@ function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
   ]);
 }
 
-/** A queue entry with its server: `server` added to an object entry; any other entry is wrapped. */
+/**
+ * A queue entry with its server: `server` added to an object entry; a self-hosted server's list entry (`[number,
+ * prompt_id, prompt, extra_data, outputs]`) becomes `{prompt_id, entry, server}`, so every entry names its server.
+ */
 function withServer(entry: unknown, server: ServerRef): unknown {
-  if (isRecord(entry) && !Array.isArray(entry)) return { ...entry, server };
+  if (Array.isArray(entry)) {
+    const id = readQueueEntryId(entry);
+    return { prompt_id: id.ok ? id.value : undefined, entry, server };
+  }
+  if (isRecord(entry)) return { ...entry, server };
   return { entry, server };
 }
 
