@@ -12,7 +12,9 @@ const path = require('node:path');
 const root = path.join(__dirname, '..');
 const pkg = require('../package.json');
 const types = Object.keys(pkg['node-red'].nodes);
-const flowTypes = types.filter((type) => !type.endsWith('-config'));
+/** Config nodes: each service's settings, and the pool of generation servers (POOL.md). */
+const isConfig = (type) => type.endsWith('-config') || type === 'graph-gen-pool';
+const flowTypes = types.filter((type) => !isConfig(type));
 
 describe('the package', () => {
   it('has the metadata the Flow Library scorecard asks for', () => {
@@ -50,7 +52,7 @@ describe('the package', () => {
       );
       const category = registration.exec(script[1]);
       assert.ok(category, 'a literal registerType with an inline category');
-      assert.equal(category[1], type.endsWith('-config') ? 'config' : 'graph gen');
+      assert.equal(category[1], isConfig(type) ? 'config' : 'graph gen');
       assert.match(html, new RegExp(`data-template-name="${type}"`));
       // Help lives in the catalog (locales/en-US/<type>.html), where Node-RED looks for it per language.
       assert.doesNotMatch(html, /data-help-name/, 'no help left in the editor HTML');
@@ -59,7 +61,7 @@ describe('the package', () => {
         fs.readFileSync(helpFile, 'utf8'),
       );
       assert.ok(help, 'help text');
-      if (!type.endsWith('-config')) {
+      if (!isConfig(type)) {
         for (const section of ['Inputs', 'Outputs', 'Details'])
           assert.match(help[1], new RegExp(`<h3>${section}</h3>`));
       }

@@ -238,4 +238,35 @@ describe('dialogs: accessible names and the dark theme', function () {
       `texts of the config dialog hard to read (${theme})`,
     );
   });
+
+  it('the pool dialog, and the submit dialog through a pool, read well in the same theme', async () => {
+    const dark = await page.evaluate(() => document.documentElement.classList.contains('nr-theme-dark'));
+    const theme = dark ? 'dark' : 'light';
+    await editor.openConfigDialog(page, 'graph-gen-pool');
+    await editor.setField(page, 'node-config-input-server1', configId);
+    await page.mouse.move(5, 5);
+    await screenshot(page, `pool-dialog-${theme}`, page.locator('.red-ui-tray').last());
+    assert.deepStrictEqual(
+      await lowContrastTexts(page),
+      [],
+      `texts of the pool dialog hard to read (${theme})`,
+    );
+    await editor.closeDialog(page, 'node-config-dialog-ok');
+    const poolId = await page.evaluate(() => {
+      let id;
+      RED.nodes.eachConfig((config) => {
+        if (config.type === 'graph-gen-pool') id = config.id;
+      });
+      return id;
+    });
+    await editor.openNodeDialog(page, submitId);
+    await editor.setField(page, 'node-input-pool', poolId);
+    assert.ok(await page.locator('.graph-gen-pool-hint').isVisible(), 'no line says the server is not used');
+    await screenshot(page, `submit-dialog-pool-${theme}`, page.locator('.red-ui-tray').last());
+    assert.deepStrictEqual(
+      await lowContrastTexts(page),
+      [],
+      `texts of the submit dialog through a pool hard to read (${theme})`,
+    );
+  });
 });

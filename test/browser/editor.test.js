@@ -182,6 +182,106 @@ describe('editor: every node type in a real browser', function () {
     assert.strictEqual(saved.valid, true);
   });
 
+  it('graph-gen-pool: the dialog shows the filled slots and one more, adds a server, refuses none and a repeat, saves', async () => {
+    assert.ok(
+      await editor.typeRegistered(page, 'graph-gen-pool'),
+      'graph-gen-pool is not registered in the editor',
+    );
+    const first = (await editor.nodeOfType(page, 'graph-gen-config')).id;
+    const second = await editor.addGenerationConfig(
+      page,
+      'second server',
+      ctx.sandboxUrl,
+      ctx.keys.generation,
+    );
+    const shownSlots = () =>
+      page.evaluate(() =>
+        [1, 2, 3, 4, 5, 6, 7, 8].filter((slot) => $(`#node-config-input-server${slot}`).is(':visible')),
+      );
+    const hint = () => page.evaluate(() => $('.graph-gen-pool-strategy-hint:visible').text().trim());
+
+    await editor.openConfigDialog(page, 'graph-gen-pool');
+    await editor.assertLabelsTranslated(page, 'graph-gen-pool');
+    assert.deepStrictEqual(await shownSlots(), [1], 'a new pool shows one empty slot');
+    assert.deepStrictEqual(
+      await page.evaluate(() =>
+        $('#node-config-input-strategy option')
+          .map((_, option) => option.value)
+          .get(),
+      ),
+      ['soonest', 'turns', 'first'],
+    );
+    assert.strictEqual(await page.locator('#node-config-input-strategy').inputValue(), 'soonest');
+    assert.match(await hint(), /fewest jobs ahead/);
+    assert.ok(
+      await editor.fieldInvalid(page, 'node-config-input-server1'),
+      'a pool of no server was accepted',
+    );
+    await editor.setField(page, 'node-config-input-server1', first);
+    assert.ok(!(await editor.fieldInvalid(page, 'node-config-input-server1')), 'the server was refused');
+
+    await page.click('#graph-gen-pool-add');
+    assert.deepStrictEqual(await shownSlots(), [1, 2], '"add a server" shows the next slot');
+    await editor.setField(page, 'node-config-input-server2', first);
+    assert.ok(
+      await editor.fieldInvalid(page, 'node-config-input-server2'),
+      'a server listed twice was accepted',
+    );
+    await editor.setField(page, 'node-config-input-server2', second);
+    assert.ok(
+      !(await editor.fieldInvalid(page, 'node-config-input-server2')),
+      'the second server was refused',
+    );
+    await page.selectOption('#node-config-input-strategy', 'first');
+    assert.match(await hint(), /first server in the list/);
+    await screenshot(page, 'dialog-graph-gen-pool', page.locator('.red-ui-tray').last());
+    await editor.closeDialog(page, 'node-config-dialog-ok');
+
+    const pool = await editor.nodeOfType(page, 'graph-gen-pool');
+    assert.deepStrictEqual(
+      [pool.server1, pool.server2, pool.server3, pool.strategy],
+      [first, second, '', 'first'],
+    );
+    const saved = await page.evaluate((id) => {
+      const node = RED.nodes.node(id);
+      return { label: RED.utils.getNodeLabel(node), valid: node.valid };
+    }, pool.id);
+    assert.deepStrictEqual(saved, { label: 'server pool (2 servers)', valid: true });
+    await editor.openConfigDialog(page, 'graph-gen-pool', pool.id);
+    assert.deepStrictEqual(await shownSlots(), [1, 2, 3], 'the filled slots and one empty one');
+    await editor.closeDialog(page, 'node-config-dialog-cancel');
+  });
+
+  it('graph-gen-await-job through a pool: no server needed, the server row says it is not used, "run again" shows', async () => {
+    const poolId = (await editor.nodeOfType(page, 'graph-gen-pool')).id;
+    const id = await editor.dropFromPalette(page, 'graph-gen-await-job');
+    await editor.openNodeDialog(page, id);
+    const shown = (selector) => page.evaluate((query) => $(query).is(':visible'), selector);
+    await editor.setField(page, 'node-input-server', '_ADD_');
+    assert.ok(
+      await editor.fieldInvalid(page, 'node-input-server'),
+      'neither a server nor a pool was accepted',
+    );
+    assert.ok(!(await shown('.graph-gen-pool-hint')), 'the server row says it is unused without a pool');
+    assert.ok(!(await shown('#node-input-runAgain')), '"run again" shows without a pool');
+
+    await editor.setField(page, 'node-input-pool', poolId);
+    assert.ok(!(await editor.fieldInvalid(page, 'node-input-server')), 'a pool without a server was refused');
+    assert.strictEqual(
+      await page.evaluate(() => $('.graph-gen-pool-hint:visible').text().trim()),
+      '(not used when a pool is set)',
+    );
+    assert.ok(await shown('#node-input-runAgain'), '"run again" is hidden with a pool');
+    await page.locator('#node-input-runAgain').check();
+    await screenshot(page, 'dialog-graph-gen-await-job-pool', page.locator('.red-ui-tray').last());
+    await editor.closeDialog(page, 'node-dialog-ok');
+    const saved = await page.evaluate((nodeId) => {
+      const node = RED.nodes.node(nodeId);
+      return { server: node.server, pool: node.pool, runAgain: node.runAgain, valid: node.valid };
+    }, id);
+    assert.deepStrictEqual(saved, { server: '', pool: poolId, runAgain: true, valid: true });
+  });
+
   it('deploys the nodes made in the dialogs without errors or warnings', async () => {
     await editor.deploy(page);
   });
