@@ -22,6 +22,16 @@ const SUFFIX = '.jsonl';
 /** The member slots' property names, in order: server1 .. server8. */
 const MEMBER_SLOTS = Array.from({ length: MAX_POOL_MEMBERS }, (_, index) => `server${index + 1}`);
 
+/** A member's address as msg.server names it: no user, password or query (which may hold a key). */
+function shownAddress(baseUrl: string): string {
+  try {
+    const address = new URL(baseUrl);
+    return `${address.origin}${address.pathname === '/' ? '' : address.pathname}`;
+  } catch {
+    return 'a server';
+  }
+}
+
 function graphGenPool(RED: NodeAPI): void {
   const texts = catalogTexts(RED, 'graph-gen-pool');
 
@@ -54,7 +64,10 @@ function graphGenPool(RED: NodeAPI): void {
         const name = (config as { name?: unknown }).name;
         members.push({
           id,
-          name: typeof name === 'string' && name.trim() !== '' ? name.trim() : connection.settings.baseUrl,
+          name:
+            typeof name === 'string' && name.trim() !== ''
+              ? name.trim()
+              : shownAddress(connection.settings.baseUrl),
           connection,
         });
       }
