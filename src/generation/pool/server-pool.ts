@@ -430,6 +430,9 @@ export class ServerPool {
     const sockets = watch.member.connection.sockets();
     watch.stopSocket = sockets.register({
       onConnectionState: (state) => {
+        // An open socket that closed: the member stopped answering on it, and is down until it answers again
+        // (a socket that never opened says nothing of its REST routes: a proxy may pass only those).
+        if (state === 'down' && watch.socketState === 'open') watch.failedAt = Date.now();
         watch.socketState = state;
         if (state === 'open') watch.heard();
         // A socket that went down is a failure to reach it: what it answered before no longer makes it up.
