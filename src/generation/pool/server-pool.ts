@@ -83,6 +83,8 @@ class MemberWatch {
   unseen = 0;
   /** Jobs this pool chose it for whose submit is not answered yet. */
   inFlight = 0;
+  /** Its node definitions as last read (a member known down is judged by these, not asked again). */
+  definitions?: Record<string, NodeTypeDefinition>;
   heardAt = 0;
   failedAt = 0;
   stopSocket?: () => void;
@@ -435,8 +437,6 @@ export class ServerPool {
         if (state === 'down' && watch.socketState === 'open') watch.failedAt = Date.now();
         watch.socketState = state;
         if (state === 'open') watch.heard();
-        // A socket that went down is a failure to reach it: what it answered before no longer makes it up.
-        else if (state === 'down' || state === 'unauthorized') watch.failedAt = Date.now();
         this.toldUp();
       },
       onQueueStatus: (queueRemaining) => {
@@ -499,8 +499,18 @@ export class ServerPool {
     const source = member.connection.dialect.definitions;
     // A dialect without node definitions (Comfy API v2) cannot say: taken as able.
     if (!source) return [];
-    const read = (olderThanMs: number): Promise<Record<string, NodeTypeDefinition> | undefined> =>
-      abortable(source.nodeDefinitions({ olderThanMs }), signal).catch(() => undefined);
+    const watch = this.watchOf(member);
+    // A member known down is not asked (each read would wait out its retries on every submit): it is judged by
+    // what it said before, else taken as able; it is tried last either way.
+    if (this.reachabilityOf(watch) === 'down')
+      return watch.definitions ? lacksOf(needs, watch.definitions) : [];
+    const read = async (olderThanMs: number): Promise<Record<string, NodeTypeDefinition> | undefined> => {
+      const definitions = await abortable(source.nodeDefinitions({ olderThanMs }), signal).catch(
+        () => undefined,
+      );
+      if (definitions) watch.definitions = definitions;
+      return definitions;
+    };
     let definitions = await read(DIALOG_DEFINITIONS.maxAgeMs);
     // Could not read is not "lacks": a member whose definitions cannot be read is tried (its submit will say).
     if (!definitions) return [];
