@@ -50,9 +50,16 @@ export interface PoolTimings {
   pollMs: number;
   /** How long a submit waits for the chosen member's socket (so no event of the job is missed). */
   socketWaitMs: number;
+  /** How long a choice waits for a member's node definitions before it takes the member as able. */
+  definitionsWaitMs: number;
 }
 
-export const POOL_TIMINGS: PoolTimings = { upWithinMs: 30_000, pollMs: 5_000, socketWaitMs: 5_000 };
+export const POOL_TIMINGS: PoolTimings = {
+  upWithinMs: 30_000,
+  pollMs: 5_000,
+  socketWaitMs: 5_000,
+  definitionsWaitMs: 5_000,
+};
 
 export interface PoolOptions {
   strategy: PoolStrategy;
@@ -505,7 +512,12 @@ export class ServerPool {
     if (this.reachabilityOf(watch) === 'down')
       return watch.definitions ? lacksOf(needs, watch.definitions) : [];
     const read = async (olderThanMs: number): Promise<Record<string, NodeTypeDefinition> | undefined> => {
-      const definitions = await abortable(source.nodeDefinitions({ olderThanMs }), signal).catch(
+      // A member slow to answer holds no submit up longer than definitionsWaitMs: the read goes on for the next.
+      const bounded = AbortSignal.any([
+        AbortSignal.timeout(this.timings.definitionsWaitMs),
+        ...(signal ? [signal] : []),
+      ]);
+      const definitions = await abortable(source.nodeDefinitions({ olderThanMs }), bounded).catch(
         () => undefined,
       );
       if (definitions) watch.definitions = definitions;
