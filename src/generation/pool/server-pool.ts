@@ -92,6 +92,8 @@ class MemberWatch {
   inFlight = 0;
   /** Its node definitions as last read (a member known down is judged by these, not asked again). */
   definitions?: Record<string, NodeTypeDefinition>;
+  /** When those were first seen here (the source's own cache may be older: never fresher). */
+  definitionsAt = 0;
   heardAt = 0;
   failedAt = 0;
   stopSocket?: () => void;
@@ -512,6 +514,8 @@ export class ServerPool {
     if (this.reachabilityOf(watch) === 'down')
       return watch.definitions ? lacksOf(needs, watch.definitions) : [];
     const read = async (olderThanMs: number): Promise<Record<string, NodeTypeDefinition> | undefined> => {
+      // Fresh enough: no read (the hot path of every submit: no promise, timer or signal).
+      if (watch.definitions && Date.now() - watch.definitionsAt < olderThanMs) return watch.definitions;
       // A member slow to answer holds no submit up longer than definitionsWaitMs: the read goes on for the next.
       const bounded = AbortSignal.any([
         AbortSignal.timeout(this.timings.definitionsWaitMs),
@@ -520,7 +524,10 @@ export class ServerPool {
       const definitions = await abortable(source.nodeDefinitions({ olderThanMs }), bounded).catch(
         () => undefined,
       );
-      if (definitions) watch.definitions = definitions;
+      if (definitions && definitions !== watch.definitions) {
+        watch.definitions = definitions;
+        watch.definitionsAt = Date.now();
+      }
       return definitions;
     };
     let definitions = await read(DIALOG_DEFINITIONS.maxAgeMs);
