@@ -80,6 +80,8 @@ class MemberWatch {
   reported = 0;
   /** Jobs this pool sent it (answered) since that report. */
   unseen = 0;
+  /** Counts the changes to `reported` and `unseen`: a queue read asked before the last change is stale. */
+  changes = 0;
   /** Jobs this pool chose it for whose submit is not answered yet. */
   inFlight = 0;
   heardAt = 0;
@@ -258,6 +260,7 @@ export class ServerPool {
       try {
         const result = await this.submitTo(member, prompt, options.partner === true, signal);
         watch.unseen += 1;
+        watch.changes += 1;
         watch.heard();
         this.homes.set(result.prompt_id, member.id);
         this.toldUp();
@@ -437,6 +440,7 @@ export class ServerPool {
         if (queueRemaining !== undefined) {
           watch.reported = queueRemaining;
           watch.unseen = 0;
+          watch.changes += 1;
         }
         watch.heard();
       },
@@ -460,11 +464,15 @@ export class ServerPool {
       this.watches
         .filter((watch) => watch.socketState !== 'open')
         .map(async (watch) => {
+          const changes = watch.changes;
           const read = await watch.member.connection.queue(signal).catch(() => undefined);
           if (this.closed) return;
           if (read?.kind === 'read') {
-            watch.reported = read.running.size + read.pending.size;
-            watch.unseen = 0;
+            // A socket report or a submit came while it was read (the socket opened meanwhile): the read is older.
+            if (watch.changes === changes) {
+              watch.reported = read.running.size + read.pending.size;
+              watch.unseen = 0;
+            }
             watch.heard();
           } else if (!signal.aborted) watch.failedAt = Date.now();
         }),
