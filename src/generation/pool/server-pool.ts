@@ -516,15 +516,15 @@ export class ServerPool {
   }
 }
 
+/** `promise`, or the signal's reason once it aborts; its listener goes when it settles (signals may live long). */
 function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
   if (!signal) return promise;
   signal.throwIfAborted();
-  return Promise.race([
-    promise,
-    new Promise<never>((_resolve, reject) =>
-      signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
-    ),
-  ]);
+  return new Promise<T>((resolve, reject) => {
+    const stop = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', stop, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
+  });
 }
 
 /** A queue entry with its server: `server` added to an object entry; any other entry is wrapped. */
