@@ -86,6 +86,8 @@ class MemberWatch {
   inFlight = 0;
   heardAt = 0;
   failedAt = 0;
+  /** When its socket last went down (dropped, or refused): until it is heard again it is down. */
+  socketDownAt = 0;
   stopSocket?: () => void;
 
   constructor(readonly member: PoolMember) {}
@@ -420,9 +422,10 @@ export class ServerPool {
 
   private reachabilityOf(watch: MemberWatch, now = Date.now()): Reachability {
     if (watch.socketState === 'open') return 'up';
-    if (watch.heardAt > 0 && watch.heardAt >= watch.failedAt && now - watch.heardAt < this.timings.upWithinMs)
-      return 'up';
-    if (watch.failedAt > watch.heardAt) return 'down';
+    // Its last request failed, or its socket went down, and it has not answered since.
+    if (watch.failedAt > watch.heardAt || (watch.socketDownAt > 0 && watch.socketDownAt >= watch.heardAt))
+      return 'down';
+    if (watch.heardAt > 0 && now - watch.heardAt < this.timings.upWithinMs) return 'up';
     if (watch.socketState === 'down' || watch.socketState === 'unauthorized') return 'down';
     return 'unknown';
   }
@@ -434,6 +437,7 @@ export class ServerPool {
       onConnectionState: (state) => {
         watch.socketState = state;
         if (state === 'open') watch.heard();
+        else if (state === 'down' || state === 'unauthorized') watch.socketDownAt = Date.now();
         this.toldUp();
       },
       onQueueStatus: (queueRemaining) => {
