@@ -203,17 +203,18 @@ export class ServerPool {
     exclude?: ReadonlySet<string>,
     signal?: AbortSignal,
   ): Promise<PoolMember[]> {
-    return this.choose(needs, exclude, false, signal);
+    return this.choose(needs, exclude, 'look', signal);
   }
 
   /**
    * `order`; with `reserve`, the first member is counted as having one more job at once, in the same turn of the
-   * event loop as the choice: submits sent together then spread (each sees those chosen before it).
+   * event loop as the choice: submits sent together then spread (each sees those chosen before it). With `turn`,
+   * only the turns move on past the first (an upload: no job yet), also in that turn of the event loop.
    */
   private async choose(
     needs: WorkflowNeeds | undefined,
     exclude: ReadonlySet<string> | undefined,
-    reserve: boolean,
+    take: 'look' | 'reserve' | 'turn',
     signal?: AbortSignal,
   ): Promise<PoolMember[]> {
     const lacks = await Promise.all(
@@ -237,7 +238,8 @@ export class ServerPool {
         .join('; ');
       throw invalidInput(`no server of the pool can run this workflow: ${said}`);
     }
-    if (reserve) this.reserve(order[0]);
+    if (take === 'reserve') this.reserve(order[0]);
+    else if (take === 'turn') this.turn = this.members.indexOf(order[0]) + 1;
     return order;
   }
 
@@ -252,7 +254,7 @@ export class ServerPool {
   ): Promise<{ result: SubmitResult; member: PoolMember }> {
     const pinned = this.pinnedBy(options.server);
     if (pinned) this.reserve(pinned);
-    const order = pinned ? [pinned] : await this.choose(needsOf(prompt), options.exclude, true, signal);
+    const order = pinned ? [pinned] : await this.choose(needsOf(prompt), options.exclude, 'reserve', signal);
     const refusals: string[] = [];
     let last: ServiceError | undefined;
     for (const [index, member] of order.entries()) {
@@ -316,8 +318,8 @@ export class ServerPool {
   async memberForUpload(server?: unknown, signal?: AbortSignal): Promise<PoolMember> {
     const pinned = this.pinnedBy(server);
     if (pinned) return pinned;
-    const [member] = await this.order(undefined, undefined, signal);
-    this.turn = this.members.indexOf(member) + 1;
+    // The turns move on as it is chosen: uploads sent together go to members in turn, not all to the first.
+    const [member] = await this.choose(undefined, undefined, 'turn', signal);
     return member;
   }
 
