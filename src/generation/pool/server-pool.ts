@@ -21,6 +21,7 @@ import { ServiceError, invalidInput } from '../../http/errors';
 import { errorText, ownValue, textOf } from '../../boundary/outside';
 import { isRecord } from '../../boundary/json-values';
 import type { CancelOutcome, GenerationConnection } from '../connection';
+import { readQueueEntryId } from '../jobs/job-ids';
 import type { ConnectionState } from '../jobs/socket-manager';
 import type { QueueState, SubmitResult } from '../transfer/rest-client';
 import { DIALOG_DEFINITIONS } from '../workflows/definitions-cache';
@@ -533,10 +534,15 @@ function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
   });
 }
 
-/** A queue entry with its server: `server` added to an object entry; any other entry is wrapped. */
+/**
+ * A queue entry with its server: `server` added to an object entry; any other entry (a self-hosted server's
+ * `[number, prompt_id, prompt, extra_data, outputs]`) is wrapped, with its job's id as an object entry has it, so
+ * msg.running and msg.pending list it and a flow finds it as `entry.prompt_id`.
+ */
 function withServer(entry: unknown, server: ServerRef): unknown {
   if (isRecord(entry) && !Array.isArray(entry)) return { ...entry, server };
-  return { entry, server };
+  const id = readQueueEntryId(entry);
+  return id.ok ? { prompt_id: id.value, entry, server } : { entry, server };
 }
 
 function mergeCancels(outcomes: CancelOutcome[]): CancelOutcome {
