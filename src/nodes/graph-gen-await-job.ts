@@ -235,7 +235,7 @@ export = function (RED: NodeAPI): void {
       if (!target) return;
       let job: { connection: GenerationConnection; server?: { id: string; name: string } };
       try {
-        job = jobConnection(target, promptId, (msg as { server?: unknown }).server);
+        job = await jobConnection(target, promptId, (msg as { server?: unknown }).server);
       } catch (error) {
         // A resumed await whose server left the pool: said, and not kept any longer.
         if (key) kept?.forget(key);
@@ -340,7 +340,7 @@ export = function (RED: NodeAPI): void {
       const id = promptId.trim();
       if (pool) {
         // Refused now (not after the kept await is written) when the pool cannot tell the job's server.
-        jobConnection(target, id, (msg as { server?: unknown }).server);
+        await jobConnection(target, id, (msg as { server?: unknown }).server);
         if (runAgain && typeof (msg as { attempt?: unknown }).attempt !== 'number')
           (msg as { attempt?: unknown }).attempt = 1;
       }

@@ -105,6 +105,8 @@ export class ServerPool {
   private readonly timings: PoolTimings;
   private readonly log: (level: 'debug' | 'warn', message: string) => void;
   private homes: JobHomes;
+  /** Settles once the job homes kept on disk are read: a job's member is looked up after that. */
+  private homesRead: Promise<void> = Promise.resolve();
   /** Where turns start: the member after the last chosen. */
   private turn = 0;
   private pollTimer?: NodeJS.Timeout;
@@ -123,6 +125,17 @@ export class ServerPool {
     this.watches = members.map((member) => new MemberWatch(member));
     for (const watch of this.watches) this.watchSocket(watch);
     this.schedulePoll(0);
+  }
+
+  /**
+   * The job homes kept on disk are being read (`reading`): until it settles, a job's member (jobMember, cancel,
+   * interrupt) is looked up after it, so a msg that comes right after a start finds a job sent before it.
+   */
+  readingHomes(reading: Promise<unknown>): void {
+    this.homesRead = reading.then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   /** The job homes kept on disk, once read (the node opens them after the pool is made). */
@@ -182,6 +195,14 @@ export class ServerPool {
     throw invalidInput(
       `the pool does not know which of its servers runs job ${promptId}: send msg.server along with it (the submit node sets it)`,
     );
+  }
+
+  /** memberOfJob, once the job homes kept on disk are read. */
+  async jobMember(promptId: string, server?: unknown): Promise<PoolMember> {
+    const pinned = this.pinnedBy(server);
+    if (pinned) return pinned;
+    await this.homesRead;
+    return this.memberOfJob(promptId);
   }
 
   /** The member a job went to, if the pool remembers it. */
@@ -362,6 +383,7 @@ export class ServerPool {
    */
   async cancel(promptIds: string[], server?: unknown, signal?: AbortSignal): Promise<CancelOutcome> {
     const pinned = this.pinnedBy(server);
+    if (!pinned) await this.homesRead;
     const byMember = new Map<PoolMember, string[]>();
     const unknown: string[] = [];
     for (const id of promptIds) {
@@ -379,7 +401,7 @@ export class ServerPool {
 
   /** Interrupts a job on its member; without a job, the running job of every member. */
   async interrupt(promptId?: string, server?: unknown, signal?: AbortSignal): Promise<unknown> {
-    if (promptId) return this.memberOfJob(promptId, server).connection.interrupt(promptId, signal);
+    if (promptId) return (await this.jobMember(promptId, server)).connection.interrupt(promptId, signal);
     const pinned = this.pinnedBy(server);
     const members = pinned ? [pinned] : this.members;
     const answers = await Promise.all(
