@@ -239,9 +239,13 @@ export class ServerPool {
     take: 'look' | 'reserve' | 'turn',
     signal?: AbortSignal,
   ): Promise<PoolMember[]> {
+    // A member known down is not asked what it has (a stopped server's refusals, retried, held every choice for
+    // seconds): it is tried last, where its submit says whether it can run the workflow.
     const lacks = await Promise.all(
       this.watches.map((watch) =>
-        exclude?.has(watch.member.id) || !needs ? [] : this.lacksOf(watch.member, needs, signal),
+        exclude?.has(watch.member.id) || !needs || this.reachabilityOf(watch) === 'down'
+          ? []
+          : this.lacksOf(watch.member, needs, signal),
       ),
     );
     const views: MemberView[] = this.watches.map((watch, index) => ({
