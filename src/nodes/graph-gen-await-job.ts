@@ -74,6 +74,8 @@ function secondsOf(value: unknown): number {
 export = function (RED: NodeAPI): void {
   // A result's status asks for a text per job: the lookups are cached.
   const text = catalogTexts(RED, 'graph-gen-await-job');
+  // "2 of 3 servers": the pool's words, as every node through a pool says them (generation-target.ts).
+  const poolText = catalogTexts(RED, 'graph-gen-pool');
 
   function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
     RED.nodes.createNode(this, def);
@@ -155,7 +157,9 @@ export = function (RED: NodeAPI): void {
       }
       const down = pool?.downCount ?? 0;
       const poolTrouble =
-        pool && down > 0 ? text('status.servers-up', { up: pool.size - down, total: pool.size }) : undefined;
+        pool && down > 0
+          ? poolText('status.servers-up', { up: pool.size - down, total: pool.size })
+          : undefined;
       if (jobs === 0)
         return poolTrouble ? (down === pool!.size ? statusFailed : statusWaiting)(poolTrouble) : lastOutcome;
       if (latest) {
