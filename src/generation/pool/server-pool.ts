@@ -175,7 +175,15 @@ export class ServerPool {
    * when it names a server that is not in this pool.
    */
   pinnedBy(server: unknown): PoolMember | undefined {
-    const id = isRecord(server) ? textOf(ownValue(server, 'id'), 200) : textOf(server, 200);
+    let id: string | undefined;
+    try {
+      id = isRecord(server) ? textOf(ownValue(server, 'id'), 200) : textOf(server, 200);
+    } catch (error) {
+      // A flow's own object whose getter (or proxy) throws when its id is read.
+      throw invalidInput(
+        `msg.server cannot be read (${errorText(error, 200)}): remove msg.server, or set it as the submit node does`,
+      );
+    }
     if (id === undefined || id === '') return undefined;
     const member = this.memberById(id);
     if (!member)
