@@ -168,6 +168,28 @@ describe('server pool: failover, lost jobs, restarts', function () {
       assert.deepEqual(jobCounts(sandboxes), [0, 0, 0]);
     });
 
+    it('members known down are tried last, each refused connection passing the job on to the next', async () => {
+      sandboxes = await startMembers();
+      await stopMember(sandboxes[0]);
+      await stopMember(sandboxes[1]);
+      const { out } = await loadPool(sandboxes, {}, { up: 1 });
+      sandboxes[2].faults.add({
+        method: 'POST',
+        path: '/api/prompt',
+        status: 503,
+        body: { message: 'overloaded' },
+      });
+      helper.getNode('submit').receive({ payload: textToImage() });
+      const caught = await out.caught.next();
+      // C, the one up, first; then A and B, down, in the listed order, each refusing the connection.
+      assert.match(caught.error.message, /no server of the pool could take the job: C: .*; A: .*; B: .*/);
+      assert.equal(caught.error.code, 'network', 'the last refusal');
+      assert.equal(postsTo(sandboxes[2]), 1);
+      // C answers again: it takes the next.
+      const next = await submitThrough(out, { payload: textToImage() });
+      assert.equal(next.server.name, 'C');
+    });
+
     it('a member whose refusal may have reached it (a 400 for its workflow) is not skipped: the refusal is the answer', async () => {
       sandboxes = await startMembers();
       const { out } = await loadPool(sandboxes, { pool: { strategy: 'first' } });
