@@ -3,7 +3,8 @@
 // or answers 5xx is skipped before the job is sent, and the next one takes it; a submit whose answer was lost is
 // settled on its member and never sent to another (a job runs once); a member that loses a job mid-run ends it
 // lost, or with "run again elsewhere once" sends it once more to another member; and the pool remembers each job's
-// member across a Node-RED restart, for msgs without msg.server and for awaits kept for the restart.
+// member across a Node-RED restart, for msgs without msg.server and for awaits kept for the restart. Past 400
+// lines: each way a server fails is its own story, on one flow and its three servers.
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');

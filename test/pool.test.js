@@ -3,7 +3,7 @@
 // each server can run, ties in turns, the three strategies), a job's inputs and its later calls kept on its server
 // (upload -> submit -> await -> download, msg.server), the queue and job events across members, and the statuses
 // that count the members up. Failover, lost jobs and restarts are test/pool-failover.test.js; the pure choice is
-// test/pool-routing.test.js.
+// test/pool-routing.test.js. Past 400 lines: a test per rule of the issue, all on one flow and its three servers.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
