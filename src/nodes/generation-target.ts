@@ -44,14 +44,17 @@ export function generationTarget(RED: NodeAPI, def: TargetSettings, texts: Texts
   return { pool };
 }
 
-/** The connection a job's later requests go to, and the server to name in msg.server (through a pool). */
-export function jobConnection(
+/**
+ * The connection a job's later requests go to, and the server to name in msg.server (through a pool: once the
+ * pool's memory of where jobs went is read, after a start).
+ */
+export async function jobConnection(
   target: GenerationTarget,
   promptId: string,
   server: unknown,
-): { connection: GenerationConnection; server?: ServerRef } {
+): Promise<{ connection: GenerationConnection; server?: ServerRef }> {
   if (!target.pool) return { connection: target.connection };
-  const member = target.pool.memberOfJob(promptId, server);
+  const member = await target.pool.jobMember(promptId, server);
   return { connection: member.connection, server: target.pool.refOf(member) };
 }
 

@@ -74,6 +74,8 @@ function secondsOf(value: unknown): number {
 export = function (RED: NodeAPI): void {
   // A result's status asks for a text per job: the lookups are cached.
   const text = catalogTexts(RED, 'graph-gen-await-job');
+  // "2 of 3 servers": the pool's words, as every node through a pool says them (generation-target.ts).
+  const poolText = catalogTexts(RED, 'graph-gen-pool');
 
   function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
     RED.nodes.createNode(this, def);
@@ -155,7 +157,9 @@ export = function (RED: NodeAPI): void {
       }
       const down = pool?.downCount ?? 0;
       const poolTrouble =
-        pool && down > 0 ? text('status.servers-up', { up: pool.size - down, total: pool.size }) : undefined;
+        pool && down > 0
+          ? poolText('status.servers-up', { up: pool.size - down, total: pool.size })
+          : undefined;
       if (jobs === 0)
         return poolTrouble ? (down === pool!.size ? statusFailed : statusWaiting)(poolTrouble) : lastOutcome;
       if (latest) {
@@ -235,7 +239,7 @@ export = function (RED: NodeAPI): void {
       if (!target) return;
       let job: { connection: GenerationConnection; server?: { id: string; name: string } };
       try {
-        job = jobConnection(target, promptId, (msg as { server?: unknown }).server);
+        job = await jobConnection(target, promptId, (msg as { server?: unknown }).server);
       } catch (error) {
         // A resumed await whose server left the pool: said, and not kept any longer.
         if (key) kept?.forget(key);
@@ -341,10 +345,8 @@ export = function (RED: NodeAPI): void {
       if (pool) {
         // Refused now (not after the kept await is written) when the pool cannot tell the job's server; named in
         // the msg (and so in the kept await) when it can.
-        (msg as { server?: unknown }).server = jobConnection(
-          target,
-          id,
-          (msg as { server?: unknown }).server,
+        (msg as { server?: unknown }).server = (
+          await jobConnection(target, id, (msg as { server?: unknown }).server)
         ).server;
         if (runAgain && typeof (msg as { attempt?: unknown }).attempt !== 'number')
           (msg as { attempt?: unknown }).attempt = 1;

@@ -71,7 +71,7 @@ export = function (RED: NodeAPI) {
       signal: AbortSignal,
     ): Promise<void> {
       // Through a pool: the server of the job (msg.server, else the one the pool sent msg.prompt_id to).
-      const { connection } = jobConnection(
+      const { connection } = await jobConnection(
         generationTarget(RED, def, texts),
         typeof msg.prompt_id === 'string' ? msg.prompt_id : '',
         msg.server,

@@ -93,6 +93,7 @@ function graphGenPool(RED: NodeAPI): void {
           node.warn(texts('warnings.homes-unreadable', { error: errorText(error) }));
         }
       })();
+      made.readingHomes(homesOpening);
       return pool;
     };
 

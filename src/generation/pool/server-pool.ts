@@ -88,6 +88,8 @@ class MemberWatch {
   reported = 0;
   /** Jobs this pool sent it (answered) since that report. */
   unseen = 0;
+  /** Counts the changes to `reported` and `unseen`: a queue read asked before the last change is stale. */
+  changes = 0;
   /** Jobs this pool chose it for whose submit is not answered yet. */
   inFlight = 0;
   /** Its node definitions as last read (a member known down is judged by these, not asked again). */
@@ -112,6 +114,8 @@ export class ServerPool {
   private readonly timings: PoolTimings;
   private readonly log: (level: 'debug' | 'warn', message: string) => void;
   private homes: JobHomes;
+  /** Settles once the job homes kept on disk are read: a job's member is looked up after that. */
+  private homesRead: Promise<void> = Promise.resolve();
   /** Where turns start: the member after the last chosen. */
   private turn = 0;
   private pollTimer?: NodeJS.Timeout;
@@ -130,6 +134,17 @@ export class ServerPool {
     this.watches = members.map((member) => new MemberWatch(member));
     for (const watch of this.watches) this.watchSocket(watch);
     this.schedulePoll(0);
+  }
+
+  /**
+   * The job homes kept on disk are being read (`reading`): until it settles, a job's member (jobMember, cancel,
+   * interrupt) is looked up after it, so a msg that comes right after a start finds a job sent before it.
+   */
+  readingHomes(reading: Promise<unknown>): void {
+    this.homesRead = reading.then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   /** The job homes kept on disk, once read (the node opens them after the pool is made). */
@@ -169,7 +184,15 @@ export class ServerPool {
    * when it names a server that is not in this pool.
    */
   pinnedBy(server: unknown): PoolMember | undefined {
-    const id = isRecord(server) ? textOf(ownValue(server, 'id'), 200) : textOf(server, 200);
+    let id: string | undefined;
+    try {
+      id = isRecord(server) ? textOf(ownValue(server, 'id'), 200) : textOf(server, 200);
+    } catch (error) {
+      // A flow's own object whose getter (or proxy) throws when its id is read.
+      throw invalidInput(
+        `msg.server cannot be read (${errorText(error, 200)}): remove msg.server, or set it as the submit node does`,
+      );
+    }
     if (id === undefined || id === '') return undefined;
     const member = this.memberById(id);
     if (!member)
@@ -189,6 +212,14 @@ export class ServerPool {
     throw invalidInput(
       `the pool does not know which of its servers runs job ${promptId}: send msg.server along with it (the submit node sets it)`,
     );
+  }
+
+  /** memberOfJob, once the job homes kept on disk are read. */
+  async jobMember(promptId: string, server?: unknown): Promise<PoolMember> {
+    const pinned = this.pinnedBy(server);
+    if (pinned) return pinned;
+    await this.homesRead;
+    return this.memberOfJob(promptId);
   }
 
   /** The member a job went to, if the pool remembers it. */
@@ -211,17 +242,18 @@ export class ServerPool {
     exclude?: ReadonlySet<string>,
     signal?: AbortSignal,
   ): Promise<PoolMember[]> {
-    return this.choose(needs, exclude, false, signal);
+    return this.choose(needs, exclude, 'look', signal);
   }
 
   /**
    * `order`; with `reserve`, the first member is counted as having one more job at once, in the same turn of the
-   * event loop as the choice: submits sent together then spread (each sees those chosen before it).
+   * event loop as the choice: submits sent together then spread (each sees those chosen before it). With `turn`,
+   * only the turns move on past the first (an upload: no job yet), also in that turn of the event loop.
    */
   private async choose(
     needs: WorkflowNeeds | undefined,
     exclude: ReadonlySet<string> | undefined,
-    reserve: boolean,
+    take: 'look' | 'reserve' | 'turn',
     signal?: AbortSignal,
   ): Promise<PoolMember[]> {
     const lacks = await Promise.all(
@@ -245,7 +277,8 @@ export class ServerPool {
         .join('; ');
       throw invalidInput(`no server of the pool can run this workflow: ${said}`);
     }
-    if (reserve) this.reserve(order[0]);
+    if (take === 'reserve') this.reserve(order[0]);
+    else if (take === 'turn') this.turn = this.members.indexOf(order[0]) + 1;
     return order;
   }
 
@@ -260,7 +293,7 @@ export class ServerPool {
   ): Promise<{ result: SubmitResult; member: PoolMember }> {
     const pinned = this.pinnedBy(options.server);
     if (pinned) this.reserve(pinned);
-    const order = pinned ? [pinned] : await this.choose(needsOf(prompt), options.exclude, true, signal);
+    const order = pinned ? [pinned] : await this.choose(needsOf(prompt), options.exclude, 'reserve', signal);
     const refusals: string[] = [];
     let last: ServiceError | undefined;
     for (const [index, member] of order.entries()) {
@@ -270,6 +303,7 @@ export class ServerPool {
       try {
         const result = await this.submitTo(member, prompt, options.partner === true, signal);
         watch.unseen += 1;
+        watch.changes += 1;
         watch.heard();
         this.homes.set(result.prompt_id, member.id);
         this.toldUp();
@@ -323,8 +357,8 @@ export class ServerPool {
   async memberForUpload(server?: unknown, signal?: AbortSignal): Promise<PoolMember> {
     const pinned = this.pinnedBy(server);
     if (pinned) return pinned;
-    const [member] = await this.order(undefined, undefined, signal);
-    this.turn = this.members.indexOf(member) + 1;
+    // The turns move on as it is chosen: uploads sent together go to members in turn, not all to the first.
+    const [member] = await this.choose(undefined, undefined, 'turn', signal);
     return member;
   }
 
@@ -366,6 +400,7 @@ export class ServerPool {
    */
   async cancel(promptIds: string[], server?: unknown, signal?: AbortSignal): Promise<CancelOutcome> {
     const pinned = this.pinnedBy(server);
+    if (!pinned) await this.homesRead;
     const byMember = new Map<PoolMember, string[]>();
     const unknown: string[] = [];
     for (const id of promptIds) {
@@ -383,7 +418,7 @@ export class ServerPool {
 
   /** Interrupts a job on its member; without a job, the running job of every member. */
   async interrupt(promptId?: string, server?: unknown, signal?: AbortSignal): Promise<unknown> {
-    if (promptId) return this.memberOfJob(promptId, server).connection.interrupt(promptId, signal);
+    if (promptId) return (await this.jobMember(promptId, server)).connection.interrupt(promptId, signal);
     const pinned = this.pinnedBy(server);
     const members = pinned ? [pinned] : this.members;
     const answers = await Promise.all(
@@ -429,9 +464,9 @@ export class ServerPool {
 
   private reachabilityOf(watch: MemberWatch, now = Date.now()): Reachability {
     if (watch.socketState === 'open') return 'up';
-    if (watch.heardAt > 0 && watch.heardAt >= watch.failedAt && now - watch.heardAt < this.timings.upWithinMs)
-      return 'up';
+    // Its last request failed, or its open socket closed, and it has not answered since.
     if (watch.failedAt > watch.heardAt) return 'down';
+    if (watch.heardAt > 0 && now - watch.heardAt < this.timings.upWithinMs) return 'up';
     if (watch.socketState === 'down' || watch.socketState === 'unauthorized') return 'down';
     return 'unknown';
   }
@@ -452,6 +487,7 @@ export class ServerPool {
         if (queueRemaining !== undefined) {
           watch.reported = queueRemaining;
           watch.unseen = 0;
+          watch.changes += 1;
         }
         watch.heard();
       },
@@ -475,11 +511,15 @@ export class ServerPool {
       this.watches
         .filter((watch) => watch.socketState !== 'open')
         .map(async (watch) => {
+          const changes = watch.changes;
           const read = await watch.member.connection.queue(signal).catch(() => undefined);
           if (this.closed) return;
           if (read?.kind === 'read') {
-            watch.reported = read.running.size + read.pending.size;
-            watch.unseen = 0;
+            // A socket report or a submit came while it was read (the socket opened meanwhile): the read is older.
+            if (watch.changes === changes) {
+              watch.reported = read.running.size + read.pending.size;
+              watch.unseen = 0;
+            }
             watch.heard();
           } else if (!signal.aborted) watch.failedAt = Date.now();
         }),
@@ -543,28 +583,26 @@ export class ServerPool {
   }
 }
 
+/** `promise`, or the signal's reason once it aborts; its listener goes when it settles (signals may live long). */
 function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
   if (!signal) return promise;
   signal.throwIfAborted();
-  return Promise.race([
-    promise,
-    new Promise<never>((_resolve, reject) =>
-      signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
-    ),
-  ]);
+  return new Promise<T>((resolve, reject) => {
+    const stop = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', stop, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
+  });
 }
 
 /**
- * A queue entry with its server: `server` added to an object entry; a self-hosted server's list entry (`[number,
- * prompt_id, prompt, extra_data, outputs]`) becomes `{prompt_id, entry, server}`, so every entry names its server.
+ * A queue entry with its server: `server` added to an object entry; any other entry (a self-hosted server's
+ * `[number, prompt_id, prompt, extra_data, outputs]`) is wrapped, with its job's id as an object entry has it, so
+ * msg.running and msg.pending list it and a flow finds it as `entry.prompt_id`.
  */
 function withServer(entry: unknown, server: ServerRef): unknown {
-  if (Array.isArray(entry)) {
-    const id = readQueueEntryId(entry);
-    return { prompt_id: id.ok ? id.value : undefined, entry, server };
-  }
-  if (isRecord(entry)) return { ...entry, server };
-  return { entry, server };
+  if (isRecord(entry) && !Array.isArray(entry)) return { ...entry, server };
+  const id = readQueueEntryId(entry);
+  return id.ok ? { prompt_id: id.value, entry, server } : { entry, server };
 }
 
 function mergeCancels(outcomes: CancelOutcome[]): CancelOutcome {
