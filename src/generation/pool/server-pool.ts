@@ -4,54 +4,34 @@
  * (pool-routing.ts: up, able to run the workflow (needs.ts), fewest jobs ahead, ties in turns), remembers which
  * member each job went to (job-homes.ts, across restarts), and hands each job's later calls (await, download,
  * cancel) to that member. It needs nothing of a member but its connection's face: its dialect's submit and
- * lookups, its events source's state and queue reports, its node definitions.
- *
- * What it knows of each member (MemberWatch): its socket's state and queue reports (a pool keeps every member's
- * socket open), and, for a member whose events source is not an open socket (Comfy API v2, or a socket that is
- * down), one queue read every `pollMs`. A member answered lately is up; one whose last request could not reach it,
- * or whose socket is down and has not answered since, is down; one not heard of yet is unknown.
+ * lookups, its events source's state and queue reports, its node definitions. What it knows of each member, and
+ * how it learns it, is member-watch.ts; its joined lists, pool-lists.ts.
  *
  * Failover: a submit that certainly did not reach a member (its connection was refused, it answered 5xx or 429) is
  * sent to the next member in the order; one that may have reached it (the body went, no answer came) is settled
  * by that member's dialect (asked for by its id or key) and never sent elsewhere: a job runs once. A submit pinned
- * to a member (msg.server: an upload went there first) goes there only. No Node-RED inside.
+ * to a member (msg.server: an upload went there first) goes there only. No Node-RED inside. A little past 400
+ * lines: the choice, failover, job homes and the members' queue, cancel and interrupt are the one face the nodes use.
  */
 import { mayHaveReachedService } from '../../http/client';
 import { ServiceError, invalidInput } from '../../http/errors';
 import { errorText, ownValue, textOf } from '../../boundary/outside';
 import { isRecord } from '../../boundary/json-values';
-import type { CancelOutcome, GenerationConnection } from '../connection';
-import { readQueueEntryId } from '../jobs/job-ids';
-import type { ConnectionState } from '../jobs/socket-manager';
-import type { QueueState, SubmitResult } from '../transfer/rest-client';
-import { DIALOG_DEFINITIONS } from '../workflows/definitions-cache';
-import type { NodeTypeDefinition, Workflow } from '../workflows/workflow';
+import type { CancelOutcome } from '../connection';
+import type { SubmitResult } from '../transfer/rest-client';
+import type { Workflow } from '../workflows/workflow';
 import { JobHomes } from './job-homes';
-import { lacksOf, needsOf, type WorkflowNeeds } from './needs';
-import { orderToTry, type MemberView, type PoolStrategy, type Reachability } from './pool-routing';
+import { MemberWatch, type PoolMember, type WatchTimings } from './member-watch';
+import { needsOf, type WorkflowNeeds } from './needs';
+import { joinCancels, joinQueues, type PoolQueueState, type ServerRef } from './pool-lists';
+import { orderToTry, type MemberView, type PoolStrategy } from './pool-routing';
 
-/** One server of a pool: its config node's id (kept across redeploys) and name, and its connection. */
-export interface PoolMember {
-  readonly id: string;
-  readonly name: string;
-  readonly connection: GenerationConnection;
-}
+export type { PoolQueueState, ServerRef } from './pool-lists';
+export type { PoolMember } from './member-watch';
 
-/** A member as a msg names it (`msg.server`). */
-export interface ServerRef {
-  id: string;
-  name: string;
-}
-
-export interface PoolTimings {
-  /** A member that answered within this is up. */
-  upWithinMs: number;
+export interface PoolTimings extends WatchTimings {
   /** How often a member without an open socket is asked for its queue. */
   pollMs: number;
-  /** How long a submit waits for the chosen member's socket (so no event of the job is missed). */
-  socketWaitMs: number;
-  /** How long a choice waits for a member's node definitions before it takes the member as able. */
-  definitionsWaitMs: number;
 }
 
 export const POOL_TIMINGS: PoolTimings = {
@@ -68,43 +48,10 @@ export interface PoolOptions {
   log?: (level: 'debug' | 'warn', message: string) => void;
 }
 
-/** What a pool's queue list holds: every member's jobs, each with its server, and how each member answered. */
-export interface PoolQueueState extends QueueState {
-  queue_running: unknown[];
-  queue_pending: unknown[];
-  servers: Array<ServerRef & { up: boolean; error?: string }>;
-}
-
 /** Whether a failed submit certainly did not reach the member, so another may be tried. */
 function mayGoElsewhere(error: unknown): boolean {
   if (!(error instanceof ServiceError) || mayHaveReachedService(error)) return false;
   return error.code === 'network' || error.code === 'server_error' || error.code === 'rate_limited';
-}
-
-/** What the pool knows of one member. */
-class MemberWatch {
-  socketState: ConnectionState = 'idle';
-  /** Jobs waiting or running there, as last reported (its socket's status, or a queue read). */
-  reported = 0;
-  /** Jobs this pool sent it (answered) since that report. */
-  unseen = 0;
-  /** Counts the changes to `reported` and `unseen`: a queue read asked before the last change is stale. */
-  changes = 0;
-  /** Jobs this pool chose it for whose submit is not answered yet. */
-  inFlight = 0;
-  /** Its node definitions as last read (a member known down is judged by these, not asked again). */
-  definitions?: Record<string, NodeTypeDefinition>;
-  /** When those were first seen here (the source's own cache may be older: never fresher). */
-  definitionsAt = 0;
-  heardAt = 0;
-  failedAt = 0;
-  stopSocket?: () => void;
-
-  constructor(readonly member: PoolMember) {}
-
-  heard(now = Date.now()): void {
-    this.heardAt = now;
-  }
 }
 
 export class ServerPool {
@@ -131,8 +78,8 @@ export class ServerPool {
     this.homes = options.homes ?? JobHomes.inMemory();
     this.timings = { ...POOL_TIMINGS, ...options.timings };
     this.log = options.log ?? (() => undefined);
-    this.watches = members.map((member) => new MemberWatch(member));
-    for (const watch of this.watches) this.watchSocket(watch);
+    this.watches = members.map((member) => new MemberWatch(member, this.timings));
+    for (const watch of this.watches) watch.watchSocket(() => this.toldUp());
     this.schedulePoll(0);
   }
 
@@ -160,9 +107,12 @@ export class ServerPool {
 
   /** How many members are up now. */
   get upCount(): number {
-    let up = 0;
-    for (const watch of this.watches) if (this.reachabilityOf(watch) === 'up') up += 1;
-    return up;
+    return this.count('up');
+  }
+
+  /** How many members are known down now (their socket closed, or their last request did not reach them). */
+  get downCount(): number {
+    return this.count('down');
   }
 
   /** Hears when the number of members up or down changes (for statuses: "2 of 3 servers"). */
@@ -206,11 +156,12 @@ export class ServerPool {
   memberOfJob(promptId: string, server?: unknown): PoolMember {
     const pinned = this.pinnedBy(server);
     if (pinned) return pinned;
-    const home = this.homes.get(promptId);
-    const member = home === undefined ? undefined : this.memberById(home);
+    const member = this.homeOf(promptId);
     if (member) return member;
     throw invalidInput(
-      `the pool does not know which of its servers runs job ${promptId}: send msg.server along with it (the submit node sets it)`,
+      promptId === ''
+        ? 'the msg names no job (msg.prompt_id) nor server (msg.server), so the pool cannot tell which of its servers to ask: send them along (the submit node sets both)'
+        : `the pool does not know which of its servers runs job ${promptId}: send msg.server along with it (the submit node sets it)`,
     );
   }
 
@@ -228,11 +179,6 @@ export class ServerPool {
     return home === undefined ? undefined : this.memberById(home);
   }
 
-  /** Remembers that a job is on `member` (its await, download and cancel go there). */
-  remember(promptId: string, member: PoolMember): void {
-    this.homes.set(promptId, member.id);
-  }
-
   /**
    * The members to try for a job, best first. With `needs` (needs.ts's needsOf a workflow), only those able to run
    * it; a refusal naming what each member lacks when none is. `exclude`: members not to use (one that lost the job).
@@ -243,43 +189,6 @@ export class ServerPool {
     signal?: AbortSignal,
   ): Promise<PoolMember[]> {
     return this.choose(needs, exclude, 'look', signal);
-  }
-
-  /**
-   * `order`; with `reserve`, the first member is counted as having one more job at once, in the same turn of the
-   * event loop as the choice: submits sent together then spread (each sees those chosen before it). With `turn`,
-   * only the turns move on past the first (an upload: no job yet), also in that turn of the event loop.
-   */
-  private async choose(
-    needs: WorkflowNeeds | undefined,
-    exclude: ReadonlySet<string> | undefined,
-    take: 'look' | 'reserve' | 'turn',
-    signal?: AbortSignal,
-  ): Promise<PoolMember[]> {
-    const lacks = await Promise.all(
-      this.watches.map((watch) =>
-        exclude?.has(watch.member.id) || !needs ? [] : this.lacksOf(watch.member, needs, signal),
-      ),
-    );
-    const views: MemberView[] = this.watches.map((watch, index) => ({
-      reachability: this.reachabilityOf(watch),
-      able: !exclude?.has(watch.member.id) && lacks[index].length === 0,
-      ahead: watch.reported + watch.unseen + watch.inFlight,
-    }));
-    const order = orderToTry(views, this.strategy, this.turn).map((index) => this.members[index]);
-    if (order.length === 0) {
-      const said = this.members
-        .map((member, index) =>
-          exclude?.has(member.id)
-            ? `${member.name} lost the job before`
-            : `${member.name} lacks ${lacks[index].join(', ')}`,
-        )
-        .join('; ');
-      throw invalidInput(`no server of the pool can run this workflow: ${said}`);
-    }
-    if (take === 'reserve') this.reserve(order[0]);
-    else if (take === 'turn') this.turn = this.members.indexOf(order[0]) + 1;
-    return order;
   }
 
   /**
@@ -301,17 +210,15 @@ export class ServerPool {
       // The first was reserved as it was chosen; a next one as the pool turns to it.
       if (index > 0) this.reserve(member);
       try {
-        const result = await this.submitTo(member, prompt, options.partner === true, signal);
-        watch.unseen += 1;
-        watch.changes += 1;
-        watch.heard();
+        const result = await this.submitTo(watch, prompt, options.partner === true, signal);
+        watch.tookJob();
         this.homes.set(result.prompt_id, member.id);
         this.toldUp();
         return { result, member };
       } catch (error) {
         if (signal?.aborted || pinned || !mayGoElsewhere(error)) throw error;
         last = error as ServiceError;
-        watch.failedAt = Date.now();
+        watch.failed();
         this.toldUp();
         refusals.push(`${member.name}: ${last.message}`);
         this.log(
@@ -325,29 +232,6 @@ export class ServerPool {
       `no server of the pool could take the job: ${refusals.join('; ')}`,
       last?.cause,
     );
-  }
-
-  /** One member's submit, its reservation released when it is answered (or not sent). */
-  private async submitTo(
-    member: PoolMember,
-    prompt: Workflow,
-    partner: boolean,
-    signal?: AbortSignal,
-  ): Promise<SubmitResult> {
-    const watch = this.watchOf(member);
-    const { connection } = member;
-    try {
-      // Wait (bounded) for its socket, so no event of the new job is missed; not for a member known down.
-      if (this.reachabilityOf(watch) !== 'down')
-        await connection
-          .sockets()
-          .ready(this.timings.socketWaitMs)
-          .catch(() => false);
-      signal?.throwIfAborted();
-      return await connection.submit(prompt, connection.partnerExtra(partner), signal);
-    } finally {
-      watch.inFlight -= 1;
-    }
   }
 
   /**
@@ -367,31 +251,11 @@ export class ServerPool {
     const reads = await Promise.allSettled(
       this.members.map((member) => member.connection.dialect.queueState(signal)),
     );
-    const state: PoolQueueState = { queue_running: [], queue_pending: [], servers: [] };
-    const failures: ServiceError[] = [];
     reads.forEach((read, index) => {
-      const member = this.members[index];
-      const server = this.refOf(member);
-      if (read.status === 'rejected') {
-        const error = read.reason instanceof ServiceError ? read.reason : undefined;
-        failures.push(error ?? new ServiceError('network', errorText(read.reason)));
-        state.servers.push({ ...server, up: false, error: error?.message ?? errorText(read.reason) });
-        return;
-      }
-      this.watches[index].heard();
-      state.servers.push({ ...server, up: true });
-      for (const [field, into] of [
-        ['queue_running', state.queue_running],
-        ['queue_pending', state.queue_pending],
-      ] as const) {
-        const entries = read.value[field];
-        if (Array.isArray(entries)) for (const entry of entries) into.push(withServer(entry, server));
-      }
+      if (read.status === 'fulfilled') this.watches[index].heard();
     });
     signal?.throwIfAborted();
-    // Unreadable is never an empty queue: when no member answered, the read failed.
-    if (failures.length === this.members.length && failures.length > 0) throw failures[0];
-    return state;
+    return joinQueues(reads.map((read, index) => ({ server: this.refOf(this.members[index]), read })));
   }
 
   /**
@@ -413,7 +277,7 @@ export class ServerPool {
     const outcomes = await Promise.all(
       [...byMember].map(([member, ids]) => member.connection.cancel(ids, signal)),
     );
-    return mergeCancels(outcomes);
+    return joinCancels(outcomes);
   }
 
   /** Interrupts a job on its member; without a job, the running job of every member. */
@@ -434,23 +298,83 @@ export class ServerPool {
     await this.homes.destroy();
   }
 
-  /** How many members are known down now (their socket is down, or their last request did not reach them). */
-  get downCount(): number {
-    let down = 0;
-    for (const watch of this.watches) if (this.reachabilityOf(watch) === 'down') down += 1;
-    return down;
-  }
-
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.pollTimer);
     this.polling?.abort();
-    for (const watch of this.watches) watch.stopSocket?.();
+    for (const watch of this.watches) watch.stop();
     this.upListeners.clear();
     await this.homes.close();
   }
 
-  // --- what the pool knows of each member ---
+  /**
+   * `order`; with `reserve`, the first member is counted as having one more job at once, in the same turn of the
+   * event loop as the choice: submits sent together then spread (each sees those chosen before it). With `turn`,
+   * only the turns move on past the first (an upload: no job yet), also in that turn of the event loop.
+   */
+  private async choose(
+    needs: WorkflowNeeds | undefined,
+    exclude: ReadonlySet<string> | undefined,
+    take: 'look' | 'reserve' | 'turn',
+    signal?: AbortSignal,
+  ): Promise<PoolMember[]> {
+    // Each member's lacks as known now (the hot path: no promise); asked of its connection only where not known.
+    const now = Date.now();
+    const lacks: (readonly string[])[] = [];
+    let asking: Array<Promise<void>> | undefined;
+    this.watches.forEach((watch, index) => {
+      const known = exclude?.has(watch.member.id) || !needs ? [] : watch.knownLacks(needs, now);
+      if (known) lacks[index] = known;
+      else
+        (asking ??= []).push(
+          watch.lacks(needs!, signal).then((found) => {
+            lacks[index] = found;
+          }),
+        );
+    });
+    if (asking) await Promise.all(asking);
+    const views: MemberView[] = this.watches.map((watch, index) => ({
+      reachability: watch.reachability(),
+      able: !exclude?.has(watch.member.id) && lacks[index].length === 0,
+      ahead: watch.ahead,
+    }));
+    const order = orderToTry(views, this.strategy, this.turn).map((index) => this.members[index]);
+    if (order.length === 0) {
+      const said = this.members
+        .map((member, index) =>
+          exclude?.has(member.id)
+            ? `${member.name} lost the job before`
+            : `${member.name} lacks ${lacks[index].join(', ')}`,
+        )
+        .join('; ');
+      throw invalidInput(`no server of the pool can run this workflow: ${said}`);
+    }
+    if (take === 'reserve') this.reserve(order[0]);
+    else if (take === 'turn') this.turn = this.members.indexOf(order[0]) + 1;
+    return order;
+  }
+
+  /** One member's submit, its reservation released when it is answered (or not sent). */
+  private async submitTo(
+    watch: MemberWatch,
+    prompt: Workflow,
+    partner: boolean,
+    signal?: AbortSignal,
+  ): Promise<SubmitResult> {
+    const { connection } = watch.member;
+    try {
+      // Wait (bounded) for its socket, so no event of the new job is missed; not for a member known down.
+      if (watch.reachability() !== 'down')
+        await connection
+          .sockets()
+          .ready(this.timings.socketWaitMs)
+          .catch(() => false);
+      signal?.throwIfAborted();
+      return await connection.submit(prompt, connection.partnerExtra(partner), signal);
+    } finally {
+      watch.inFlight -= 1;
+    }
+  }
 
   /** Counts a job on its way to `member` (until its submit is answered); the turns go on after it. */
   private reserve(member: PoolMember): void {
@@ -462,38 +386,11 @@ export class ServerPool {
     return this.watches[this.members.indexOf(member)];
   }
 
-  private reachabilityOf(watch: MemberWatch, now = Date.now()): Reachability {
-    if (watch.socketState === 'open') return 'up';
-    // Its last request failed, or its open socket closed, and it has not answered since.
-    if (watch.failedAt > watch.heardAt) return 'down';
-    if (watch.heardAt > 0 && now - watch.heardAt < this.timings.upWithinMs) return 'up';
-    if (watch.socketState === 'down' || watch.socketState === 'unauthorized') return 'down';
-    return 'unknown';
-  }
-
-  /** Keeps the member's socket open and hears its state and queue reports. */
-  private watchSocket(watch: MemberWatch): void {
-    const sockets = watch.member.connection.sockets();
-    watch.stopSocket = sockets.register({
-      onConnectionState: (state) => {
-        // An open socket that closed: the member stopped answering on it, and is down until it answers again
-        // (a socket that never opened says nothing of its REST routes: a proxy may pass only those).
-        if (state === 'down' && watch.socketState === 'open') watch.failedAt = Date.now();
-        watch.socketState = state;
-        if (state === 'open') watch.heard();
-        this.toldUp();
-      },
-      onQueueStatus: (queueRemaining) => {
-        if (queueRemaining !== undefined) {
-          watch.reported = queueRemaining;
-          watch.unseen = 0;
-          watch.changes += 1;
-        }
-        watch.heard();
-      },
-    });
-    watch.socketState = sockets.state;
-    void sockets.ready(this.timings.socketWaitMs).catch(() => false);
+  private count(reachability: 'up' | 'down'): number {
+    const now = Date.now();
+    let count = 0;
+    for (const watch of this.watches) if (watch.reachability(now) === reachability) count += 1;
+    return count;
   }
 
   /** Asks every member whose events source is not an open socket for its queue, every `pollMs`. */
@@ -508,28 +405,14 @@ export class ServerPool {
     this.polling = controller;
     const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(this.timings.pollMs * 2)]);
     await Promise.all(
-      this.watches
-        .filter((watch) => watch.socketState !== 'open')
-        .map(async (watch) => {
-          const changes = watch.changes;
-          const read = await watch.member.connection.queue(signal).catch(() => undefined);
-          if (this.closed) return;
-          if (read?.kind === 'read') {
-            // A socket report or a submit came while it was read (the socket opened meanwhile): the read is older.
-            if (watch.changes === changes) {
-              watch.reported = read.running.size + read.pending.size;
-              watch.unseen = 0;
-            }
-            watch.heard();
-          } else if (!signal.aborted) watch.failedAt = Date.now();
-        }),
+      this.watches.filter((watch) => watch.socketState !== 'open').map((watch) => watch.readQueue(signal)),
     );
     if (this.closed) return;
     this.toldUp();
     this.schedulePoll(this.timings.pollMs);
   }
 
-  /** Tells the listeners when the number of members up changed. */
+  /** Tells the listeners when the number of members up or down changed. */
   private toldUp(): void {
     const told = `${this.upCount}/${this.downCount}`;
     if (told === this.lastTold) return;
@@ -542,87 +425,4 @@ export class ServerPool {
       }
     }
   }
-
-  /** What `member` lacks of `needs` (its definitions read as the dialog's are: at most 10 minutes old). */
-  private async lacksOf(member: PoolMember, needs: WorkflowNeeds, signal?: AbortSignal): Promise<string[]> {
-    const source = member.connection.dialect.definitions;
-    // A dialect without node definitions (Comfy API v2) cannot say: taken as able.
-    if (!source) return [];
-    const watch = this.watchOf(member);
-    // A member known down is not asked (each read would wait out its retries on every submit): it is judged by
-    // what it said before, else taken as able; it is tried last either way.
-    if (this.reachabilityOf(watch) === 'down')
-      return watch.definitions ? lacksOf(needs, watch.definitions) : [];
-    const read = async (olderThanMs: number): Promise<Record<string, NodeTypeDefinition> | undefined> => {
-      // Fresh enough: no read (the hot path of every submit: no promise, timer or signal).
-      if (watch.definitions && Date.now() - watch.definitionsAt < olderThanMs) return watch.definitions;
-      // A member slow to answer holds no submit up longer than definitionsWaitMs: the read goes on for the next.
-      const bounded = AbortSignal.any([
-        AbortSignal.timeout(this.timings.definitionsWaitMs),
-        ...(signal ? [signal] : []),
-      ]);
-      const definitions = await abortable(source.nodeDefinitions({ olderThanMs }), bounded).catch(
-        () => undefined,
-      );
-      if (definitions && definitions !== watch.definitions) {
-        watch.definitions = definitions;
-        watch.definitionsAt = Date.now();
-      }
-      return definitions;
-    };
-    let definitions = await read(DIALOG_DEFINITIONS.maxAgeMs);
-    // Could not read is not "lacks": a member whose definitions cannot be read is tried (its submit will say).
-    if (!definitions) return [];
-    let lacks = lacksOf(needs, definitions);
-    if (lacks.length > 0) {
-      // A node or model installed since: read again, at most as often as a dialog's Refresh may.
-      definitions = (await read(DIALOG_DEFINITIONS.refreshLimitMs)) ?? definitions;
-      lacks = lacksOf(needs, definitions);
-    }
-    return lacks;
-  }
-}
-
-/** `promise`, or the signal's reason once it aborts; its listener goes when it settles (signals may live long). */
-function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (!signal) return promise;
-  signal.throwIfAborted();
-  return new Promise<T>((resolve, reject) => {
-    const stop = () => reject(signal.reason as Error);
-    signal.addEventListener('abort', stop, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
-  });
-}
-
-/**
- * A queue entry with its server: `server` added to an object entry; any other entry (a self-hosted server's
- * `[number, prompt_id, prompt, extra_data, outputs]`) is wrapped, with its job's id as an object entry has it, so
- * msg.running and msg.pending list it and a flow finds it as `entry.prompt_id`.
- */
-function withServer(entry: unknown, server: ServerRef): unknown {
-  if (isRecord(entry) && !Array.isArray(entry)) return { ...entry, server };
-  const id = readQueueEntryId(entry);
-  return id.ok ? { prompt_id: id.value, entry, server } : { entry, server };
-}
-
-function mergeCancels(outcomes: CancelOutcome[]): CancelOutcome {
-  const merged: CancelOutcome = {
-    body: outcomes.map((outcome) => outcome.body),
-    removed: [],
-    interrupted: [],
-    notQueued: [],
-    unconfirmed: [],
-  };
-  for (const outcome of outcomes) {
-    merged.removed.push(...outcome.removed);
-    merged.interrupted.push(...outcome.interrupted);
-    merged.unconfirmed.push(...outcome.unconfirmed);
-    merged.notQueued.push(...outcome.notQueued);
-  }
-  // A job sent to every member is "not queued" only where no member removed or interrupted it.
-  const done = new Set([...merged.removed, ...merged.interrupted]);
-  const notQueued = new Set(merged.notQueued.filter((id) => !done.has(id)));
-  merged.notQueued = [...notQueued];
-  merged.unconfirmed = [...new Set(merged.unconfirmed.filter((id) => !done.has(id)))];
-  return merged;
 }
