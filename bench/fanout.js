@@ -9,11 +9,14 @@
 // the await-job node sends its msg, or the bare client's message handler after parsing.
 //
 //   node bench/fanout.js [1000,5000,10000] [--node-red [--resume]] [--progress] [--self-hosted]
-//                        [--compare <checkout>] [--v2] [--rounds N]   (build first)
+//                        [--compare <checkout>] [--v2] [--pool] [--rounds N]   (build first)
 //
 // --v2: one more side, the same classes speaking Comfy API v2 to a second sandbox in its v2 mode (jobs followed
 // by polling two shared list reads, event streams only for progress): requests per job besides the submit, the
 // most streams open at once, and CPU per job beside today's dialect (classes) in the same run.
+//
+// --pool: instead of the sides above, a pool of 4 sandboxes (graph-gen-pool) beside one config node, both in a
+// real Node-RED, and what choosing a member costs (bench/fanout-pool.js).
 //
 // Reports per size: wall time, client CPU, completion->result p50/p99 of both, REST requests per job,
 // sockets opened; and heap per awaited job at the largest size. Medians of 5 alternating rounds.
@@ -47,6 +50,7 @@ const SELF_HOSTED = ARGS.includes('--self-hosted');
  */
 const COMPARE = ARGS.includes('--compare') ? path.resolve(ARGS[ARGS.indexOf('--compare') + 1]) : undefined;
 const V2 = ARGS.includes('--v2');
+const POOL = ARGS.includes('--pool');
 const ROUNDS = ARGS.includes('--rounds') ? Number(ARGS[ARGS.indexOf('--rounds') + 1]) : 5;
 const SUBMITS_AT_ONCE = 64;
 /**
@@ -399,6 +403,17 @@ async function heapPerJob(child, jobs) {
 
 async function main() {
   GC = gcPauses();
+  if (POOL) {
+    const { runPool } = require('./fanout-pool');
+    const shared = { startChild, submitAll, median, percentile, KEY, WORKFLOW, SIZES, PROGRESS, COMPARE };
+    const result = await runPool({ ...shared, ROUNDS: ARGS.includes('--rounds') ? ROUNDS : 3 });
+    fs.mkdirSync(path.join(__dirname, 'results'), { recursive: true });
+    fs.writeFileSync(
+      path.join(__dirname, 'results', `fanout-pool${PROGRESS ? '-progress' : ''}.json`),
+      `${JSON.stringify({ date: new Date().toISOString(), node: process.version, ...result }, null, 2)}\n`,
+    );
+    return;
+  }
   const child = startChild();
   await child.ready;
   const childV2 = V2 ? startChild(true) : undefined;
