@@ -10,24 +10,29 @@ import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
 import { asServiceError, catalogTexts, connectionTestTarget, type Texts } from './node-helpers';
 import { textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
+/**
+ * The settings as migrateConfig gives them (config-versions.ts): a node saved without one has its old default;
+ * the address settings (host, port, path prefix, instance address) may be absent, as blank.
+ */
 interface AutomationConfigDef extends NodeDef {
-  deployment?: string;
-  protocol?: string;
+  deployment: string;
+  protocol: string;
   host?: string;
   port?: string | number;
   pathPrefix?: string;
   instanceUrl?: string;
-  apiVersion?: string | number;
-  headerName?: string;
+  apiVersion: string | number;
+  headerName: string;
   /** Attempts after the first for network failures and 5xx (blank = 3). */
-  retries?: string | number;
+  retries: string | number;
   /** The first retry's longest wait in ms, doubled each time (blank = 250). */
-  retryDelay?: string | number;
+  retryDelay: string | number;
   /** The largest page read, MiB (blank = 64). */
-  pageLimitMiB?: string | number;
+  pageLimitMiB: string | number;
   /** How long a page request may take, seconds (blank = 120). */
-  requestTimeout?: string | number;
+  requestTimeout: string | number;
 }
 
 interface AutomationCredentials {
@@ -141,10 +146,13 @@ async function testConnection(
 export = function (RED: NodeAPI) {
   const texts = catalogTexts(RED, 'automation-config');
 
-  function AutomationConfig(this: AutomationConfigNode, def: AutomationConfigDef) {
-    RED.nodes.createNode(this, def);
+  function AutomationConfig(this: AutomationConfigNode, saved: NodeDef) {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const def = migrateConfig<AutomationConfigDef>('automation-config', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     try {
       node.client = new AutomationClient(clientSettings(def, node.credentials?.apiKey));
     } catch (error) {
@@ -161,7 +169,7 @@ export = function (RED: NodeAPI) {
     });
   }
 
-  RED.nodes.registerType<AutomationConfigNode, AutomationConfigDef, unknown, AutomationCredentials>(
+  RED.nodes.registerType<AutomationConfigNode, NodeDef, unknown, AutomationCredentials>(
     'automation-config',
     AutomationConfig,
     {

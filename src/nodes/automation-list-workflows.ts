@@ -25,16 +25,18 @@ import {
   type Texts,
 } from './node-helpers';
 import { textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface ListWorkflowsDef extends NodeDef {
   server: string;
-  active?: string;
-  activeType?: string;
-  limit?: string | number;
-  limitType?: string;
-  mode?: 'page' | 'all';
-  split?: 'none' | 'page';
-  maxPages?: string | number;
+  active: string;
+  activeType: string;
+  limit: string | number;
+  limitType: string;
+  mode: 'page' | 'all';
+  split: 'none' | 'page';
+  maxPages: string | number;
 }
 
 type ListMessage = NodeMessageInFlow & {
@@ -63,10 +65,13 @@ function counted(texts: Texts, count: number, more = false): NodeStatus {
 export = function (RED: NodeAPI) {
   const texts = catalogTexts(RED, 'automation-list-workflows');
 
-  function AutomationListWorkflows(this: Node, def: ListWorkflowsDef) {
-    RED.nodes.createNode(this, def);
+  function AutomationListWorkflows(this: Node, saved: NodeDef) {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const def = migrateConfig<ListWorkflowsDef>('automation-list-workflows', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     const mode = def.mode === 'all' ? 'all' : 'page';
     const splitPages = mode === 'all' && def.split === 'page';
     if (!RED.nodes.getNode(def.server)) node.status(statusFailed(texts('status.no-config')));

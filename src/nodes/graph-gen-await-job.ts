@@ -24,27 +24,29 @@ import { editorPicture } from './editor-picture';
 import { generationTarget, jobConnection, type GenerationTarget } from './generation-target';
 import type { GenerationConnection } from '../generation/connection';
 import { validateWorkflow } from '../generation/workflows/workflow';
-import { errorText } from '../boundary/outside';
+import { errorText, textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface AwaitJobDef extends NodeDef {
   server: string;
   /** A graph-gen-pool node: each job is awaited on its own server (then `server` is not used). */
-  pool?: string;
+  pool: string;
   /** Through a pool: a job its server lost is submitted once more to another server (msg.attempt counts). */
-  runAgain?: boolean;
-  timeout?: string;
-  timeoutType?: string;
-  cancelOnTimeout?: boolean;
-  progress?: boolean;
-  previewRate?: number | string;
+  runAgain: boolean;
+  timeout: string;
+  timeoutType: string;
+  cancelOnTimeout: boolean;
+  progress: boolean;
+  previewRate: number | string;
   /** Which files `payload.files` lists: all, saved only (type output), or those of some nodes. */
-  filesFrom?: 'all' | 'saved' | 'nodes';
+  filesFrom: 'all' | 'saved' | 'nodes';
   /** For `nodes`: node ids or titles, separated by commas. */
-  fileNodes?: string;
-  /** Awaits go on after Node-RED restarts (absent on nodes saved before the setting: on). */
-  resume?: boolean;
+  fileNodes: string;
+  /** Awaits go on after Node-RED restarts. */
+  resume: boolean;
   /** Show the last output image under the node in the editor (editor-picture.ts). */
-  picture?: boolean;
+  picture: boolean;
 }
 
 type Send = (msg: Array<NodeMessage | null>) => void;
@@ -77,9 +79,14 @@ export = function (RED: NodeAPI): void {
   // "2 of 3 servers": the pool's words, as every node through a pool says them (generation-target.ts).
   const poolText = catalogTexts(RED, 'graph-gen-pool');
 
-  function GraphGenAwaitJob(this: Node, def: AwaitJobDef): void {
-    RED.nodes.createNode(this, def);
-    setUp(this, def);
+  function GraphGenAwaitJob(this: Node, saved: NodeDef): void {
+    RED.nodes.createNode(this, saved);
+    setUp(
+      this,
+      migrateConfig<AwaitJobDef>('graph-gen-await-job', saved, (newer) =>
+        this.warn(text('warnings.newer-settings', newer)),
+      ),
+    );
   }
 
   function setUp(node: Node, def: AwaitJobDef): void {
@@ -98,7 +105,7 @@ export = function (RED: NodeAPI): void {
     const rate = Number(def.previewRate);
     const previewsPerSecond = Number.isFinite(rate) && rate >= 0 ? rate : DEFAULT_PREVIEW_RATE;
     const filesFrom = def.filesFrom === 'saved' || def.filesFrom === 'nodes' ? def.filesFrom : 'all';
-    const fileNodes = (def.fileNodes ?? '')
+    const fileNodes = (textOf(def.fileNodes) ?? '')
       .split(',')
       .map((name) => name.trim())
       .filter(Boolean);
@@ -337,7 +344,7 @@ export = function (RED: NodeAPI): void {
       const timeoutValue =
         fromMsg !== undefined
           ? fromMsg
-          : await evaluateProperty(RED, node, msg, def.timeout, def.timeoutType ?? 'num');
+          : await evaluateProperty(RED, node, msg, def.timeout, def.timeoutType);
       const seconds = secondsOf(timeoutValue);
       if (!Number.isFinite(seconds) || seconds < 0) throw invalidInput(text('errors.bad-timeout'));
       if (!fitsTimer(seconds * 1000)) throw invalidInput(text('errors.long-timeout'));
@@ -385,7 +392,7 @@ export = function (RED: NodeAPI): void {
 
     let kept: KeptAwaits | undefined;
     const keptReady: Promise<void> =
-      def.resume !== false && target
+      def.resume === true && target
         ? KeptAwaits.open(RED, node.id, (message) => node.warn(message)).then(
             (opened) => {
               kept = opened;

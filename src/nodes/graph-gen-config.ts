@@ -36,27 +36,29 @@ import {
 import { notOffered, offersOf } from '../generation/dialects';
 import type { DialectName } from '../generation/dialects/dialect';
 import { errorText, textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface GraphGenConfigDef extends NodeDef {
   baseUrl: string;
-  /** How the server is spoken to; absent (a node saved before the choice): today's API, `comfyui`. */
-  dialect?: DialectName;
-  /** How requests prove who sends them; absent (a node saved before the choice): `apiKey`. */
-  authType?: AuthScheme;
+  /** How the server is spoken to: today's API (`comfyui`) or `comfy-api-v2`. */
+  dialect: DialectName;
+  /** How requests prove who sends them. */
+  authType: AuthScheme;
   /** The header's name of the `header` scheme. */
-  authHeader?: string;
+  authHeader: string;
   /** Bearer and header: the secret also as `?token=` on the socket. */
-  tokenInQuery?: boolean;
-  /** A core tls-config node's id, for https and wss. */
-  tls?: string;
-  /** A core http proxy node's id; none: the environment's http_proxy, https_proxy and no_proxy. */
-  proxy?: string;
-  partnerKeyField?: string;
+  tokenInQuery: boolean;
+  /** A core tls-config node's id, for https and wss; '' for none. */
+  tls: string;
+  /** A core http proxy node's id; '': the environment's http_proxy, https_proxy and no_proxy. */
+  proxy: string;
+  partnerKeyField: string;
   /** Limits (blank = the default): MiB, MiB, seconds, MiB. */
-  answerLimitMiB?: string | number;
-  listLimitMiB?: string | number;
-  requestTimeout?: string | number;
-  keptEventsMiB?: string | number;
+  answerLimitMiB: string | number;
+  listLimitMiB: string | number;
+  requestTimeout: string | number;
+  keptEventsMiB: string | number;
 }
 
 const MIB = 1024 * 1024;
@@ -91,33 +93,34 @@ interface GraphGenCredentials {
   password?: string;
 }
 
-/** The settings that say how the service is reached, as the node and its dialogs hold them. */
-type AccessSettings = Pick<
-  GraphGenConfigDef,
-  'dialect' | 'authType' | 'authHeader' | 'tokenInQuery' | 'tls' | 'proxy'
+/**
+ * The settings that say how the service is reached, as the node and its dialogs hold them (a dialog's, like a
+ * saved node's, read through migrateConfig: one saved before a setting existed has its old default).
+ */
+type AccessSettings = Partial<
+  Pick<GraphGenConfigDef, 'dialect' | 'authType' | 'authHeader' | 'tokenInQuery' | 'tls' | 'proxy'>
 >;
 
-/** What a node saved before these settings existed has: the API-key scheme, no TLS node, no proxy node. */
-const ACCESS_DEFAULTS: Required<AccessSettings> = {
-  dialect: 'comfyui',
-  authType: 'apiKey',
-  authHeader: '',
-  tokenInQuery: false,
-  tls: '',
-  proxy: '',
-};
-const ACCESS_FIELDS = Object.keys(ACCESS_DEFAULTS) as Array<keyof AccessSettings>;
+const ACCESS_FIELDS: Array<keyof AccessSettings> = [
+  'dialect',
+  'authType',
+  'authHeader',
+  'tokenInQuery',
+  'tls',
+  'proxy',
+];
 const CREDENTIAL_KINDS = { apiKey: 'password', username: 'text', password: 'password' } as const;
 
 /**
  * How requests prove who sends them. The API-key scheme is left to `apiKey` (a key set = a cloud service), as
- * before there was a choice; every other scheme is `auth`, and never makes a cloud service of a server.
+ * before there was a choice; every other scheme is `auth`, and never makes a cloud service of a server (one it
+ * does not know is refused there, in a sentence).
  */
 function authOf(
   settings: AccessSettings,
   credentials: GraphGenCredentials,
 ): { apiKey?: string; auth?: AuthSettings } {
-  const scheme = settings.authType || 'apiKey';
+  const scheme = settings.authType;
   if (scheme === 'apiKey') return { apiKey: credentials.apiKey || undefined };
   return {
     auth: {
@@ -172,17 +175,21 @@ function transportOf(RED: NodeAPI, settings: AccessSettings, texts: Texts): Tran
 function graphGenConfig(RED: NodeAPI): void {
   const texts = catalogTexts(RED, 'graph-gen-config');
 
-  function GraphGenConfig(this: graphGenConfig.GraphGenConfigNode, def: GraphGenConfigDef): void {
-    RED.nodes.createNode(this, def);
+  function GraphGenConfig(this: graphGenConfig.GraphGenConfigNode, saved: NodeDef): void {
+    RED.nodes.createNode(this, saved);
+    const def = migrateConfig<GraphGenConfigDef>('graph-gen-config', saved, (newer) =>
+      this.warn(texts('warnings.newer-settings', newer)),
+    );
     const credentials: GraphGenCredentials = this.credentials ?? {};
     try {
       const transport = transportOf(RED, def, texts);
       this.connection = new GenerationConnection({
-        baseUrl: (def.baseUrl ?? '').trim(),
+        baseUrl: (textOf(def.baseUrl) ?? '').trim(),
         dialect: dialectOf(def),
         ...authOf(def, credentials),
         partnerKey: credentials.partnerKey || undefined,
-        partnerKeyField: (def.partnerKeyField ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
+        // Blank: the default field.
+        partnerKeyField: (textOf(def.partnerKeyField) ?? '').trim() || DEFAULT_PARTNER_KEY_FIELD,
         limits: limitsOf(def),
         ...(transport ? { transport } : {}),
         clientId: keptClientId(RED, this.id),
@@ -201,7 +208,7 @@ function graphGenConfig(RED: NodeAPI): void {
     });
   }
 
-  RED.nodes.registerType<graphGenConfig.GraphGenConfigNode, GraphGenConfigDef, unknown, GraphGenCredentials>(
+  RED.nodes.registerType<graphGenConfig.GraphGenConfigNode, NodeDef, unknown, GraphGenCredentials>(
     'graph-gen-config',
     GraphGenConfig,
     {
@@ -262,7 +269,7 @@ function configTarget(RED: NodeAPI, body: DialogRequest, texts: Texts): DialogTa
     ['baseUrl', ...ACCESS_FIELDS],
     body,
     texts,
-    { defaults: ACCESS_DEFAULTS, credentials: CREDENTIAL_KINDS },
+    { credentials: CREDENTIAL_KINDS },
   );
 }
 

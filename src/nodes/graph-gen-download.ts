@@ -14,19 +14,22 @@ import { MIB } from '../generation/transfer/size-text';
 import { catalogTexts, evaluateProperty, handleMessages, statusWaiting, statusOk } from './node-helpers';
 import { generationTarget, jobConnection, showTargetTrouble } from './generation-target';
 import { editorPicture } from './editor-picture';
+import { migrateConfig } from './config-versions';
+import { textOf } from '../boundary/outside';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface DownloadDef extends NodeDef {
   server: string;
   /** A graph-gen-pool node: the server is chosen per msg (then `server` is not used). */
-  pool?: string;
-  mode?: 'buffer' | 'file';
-  directory?: string;
-  directoryType?: string;
-  overwrite?: boolean;
-  /** Buffer mode: the largest file held in memory, in MiB (absent on older nodes: the default). */
-  bufferLimit?: number | string;
+  pool: string;
+  mode: 'buffer' | 'file';
+  directory: string;
+  directoryType: string;
+  overwrite: boolean;
+  /** Buffer mode: the largest file held in memory, in MiB (blank: the default). */
+  bufferLimit: number | string;
   /** Show the last image downloaded under the node in the editor (editor-picture.ts). */
-  picture?: boolean;
+  picture: boolean;
 }
 
 type DownloadMessage = NodeMessageInFlow & {
@@ -41,24 +44,27 @@ type DownloadMessage = NodeMessageInFlow & {
 export = function (RED: NodeAPI) {
   const texts = catalogTexts(RED, 'graph-gen-download');
 
-  function GraphGenDownload(this: Node, def: DownloadDef) {
-    RED.nodes.createNode(this, def);
+  function GraphGenDownload(this: Node, saved: NodeDef) {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const def = migrateConfig<DownloadDef>('graph-gen-download', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     const status = showTargetTrouble(RED, node, def, texts);
     const mode = def.mode === 'file' ? 'file' : 'buffer';
-    const limitMiB = Number(def.bufferLimit);
+    // Blank, or not a positive number: the default.
+    const limitText = (textOf(def.bufferLimit) ?? '').trim();
+    const limitMiB = limitText === '' ? NaN : Number(limitText);
     const bufferLimit =
-      def.bufferLimit !== '' && def.bufferLimit !== undefined && Number.isFinite(limitMiB) && limitMiB > 0
-        ? Math.round(limitMiB * MIB)
-        : DEFAULT_BUFFER_LIMIT;
+      Number.isFinite(limitMiB) && limitMiB > 0 ? Math.round(limitMiB * MIB) : DEFAULT_BUFFER_LIMIT;
     const picture = editorPicture(RED, node, def.picture === true);
 
     async function directoryFor(msg: DownloadMessage): Promise<string> {
       const value =
         msg.directory !== undefined && msg.directory !== ''
           ? msg.directory
-          : await evaluateProperty(RED, node, msg, def.directory, def.directoryType || 'str');
+          : await evaluateProperty(RED, node, msg, def.directory, def.directoryType);
       if (typeof value !== 'string' || value.trim() === '') {
         throw invalidInput(texts('errors.no-directory'));
       }

@@ -19,15 +19,17 @@ import { generationTarget } from './generation-target';
 import type { GenerationConnection } from '../generation/connection';
 import type { ServerRef } from '../generation/pool/server-pool';
 import { errorText, textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface JobEventsDef extends NodeDef {
   server: string;
   /** A graph-gen-pool node: every server of the pool is watched (then `server` is not used). */
-  pool?: string;
+  pool: string;
   /** The events to send, separated by commas. */
-  events?: string;
+  events: string;
   /** `all` clients' jobs, or only `others'`. */
-  clients?: string;
+  clients: string;
 }
 
 const TYPE = 'graph-gen-job-events';
@@ -88,9 +90,12 @@ function memoryOnly(): MemoryStore {
 export = function (RED: NodeAPI): void {
   const text = catalogTexts(RED, TYPE);
 
-  function GraphGenJobEvents(this: Node, def: JobEventsDef): void {
-    RED.nodes.createNode(this, def);
-    setUp(this, def);
+  function GraphGenJobEvents(this: Node, saved: NodeDef): void {
+    RED.nodes.createNode(this, saved);
+    setUp(
+      this,
+      migrateConfig<JobEventsDef>(TYPE, saved, (newer) => this.warn(text('warnings.newer-settings', newer))),
+    );
   }
 
   function setUp(node: Node, def: JobEventsDef): void {

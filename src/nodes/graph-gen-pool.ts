@@ -13,8 +13,10 @@ import { catalogTexts } from './node-helpers';
 import { nodeFile, sweepNodeFiles } from './node-state';
 import type graphGenConfig from './graph-gen-config';
 import { errorText } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
-type PoolDef = NodeDef & { strategy?: string } & Record<string, unknown>;
+/** The settings as migrateConfig gives them (config-versions.ts): members in server1 .. server8, and the strategy. */
+type PoolDef = NodeDef & { strategy: string } & Record<string, unknown>;
 
 const PREFIX = 'pool-';
 const SUFFIX = '.jsonl';
@@ -35,10 +37,13 @@ function shownAddress(baseUrl: string): string {
 function graphGenPool(RED: NodeAPI): void {
   const texts = catalogTexts(RED, 'graph-gen-pool');
 
-  function GraphGenPool(this: graphGenPool.GraphGenPoolNode, def: PoolDef): void {
-    RED.nodes.createNode(this, def);
+  function GraphGenPool(this: graphGenPool.GraphGenPoolNode, saved: NodeDef): void {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- the pool is made later, on first use
     const node = this;
+    const def = migrateConfig<PoolDef>('graph-gen-pool', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     const ids = [
       ...new Set(
         MEMBER_SLOTS.map((slot) => def[slot]).filter(

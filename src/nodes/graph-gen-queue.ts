@@ -9,15 +9,17 @@ import { shownValue } from '../boundary/json-values';
 import { promptIdsOf } from '../generation/transfer/rest-client';
 import { catalogTexts, handleMessages, statusOk, type Texts } from './node-helpers';
 import { generationTarget, showTargetTrouble } from './generation-target';
+import { migrateConfig } from './config-versions';
 
 type QueueAction = 'list' | 'cancel' | 'interrupt';
 const ACTIONS: QueueAction[] = ['list', 'cancel', 'interrupt'];
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface QueueDef extends NodeDef {
   server: string;
   /** A graph-gen-pool node: every server of the pool (then `server` is not used). */
-  pool?: string;
-  action?: QueueAction;
+  pool: string;
+  action: QueueAction;
 }
 
 type QueueMessage = NodeMessageInFlow & {
@@ -49,16 +51,19 @@ function idsToCancel(msg: QueueMessage, texts: Texts): string[] {
 export = function (RED: NodeAPI) {
   const texts = catalogTexts(RED, 'graph-gen-queue');
 
-  function GraphGenQueue(this: Node, def: QueueDef) {
-    RED.nodes.createNode(this, def);
+  function GraphGenQueue(this: Node, saved: NodeDef) {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const def = migrateConfig<QueueDef>('graph-gen-queue', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     const status = showTargetTrouble(RED, node, def, texts);
 
     async function handle(msg: QueueMessage, signal: AbortSignal): Promise<void> {
       // Through a pool: every server's queue; a cancel or interrupt goes to each job's server.
       const { pool, connection } = generationTarget(RED, def, texts);
-      const action = msg.action !== undefined && msg.action !== '' ? msg.action : (def.action ?? 'list');
+      const action = msg.action !== undefined && msg.action !== '' ? msg.action : def.action;
       if (!ACTIONS.includes(action as QueueAction)) {
         throw invalidInput(texts('errors.bad-action', { action: shownValue(action) }));
       }

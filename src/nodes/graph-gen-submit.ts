@@ -8,7 +8,8 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { ServiceError, invalidInput } from '../http/errors';
 import { jsonProblemOf } from '../boundary/json-values';
-import { ownValue } from '../boundary/outside';
+import { ownValue, textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 import type { GenerationConnection } from '../generation/connection';
 import type { SubmitResult } from '../generation/transfer/rest-client';
 import type { NodeTypeDefinition } from '../generation/workflows/workflow';
@@ -31,17 +32,18 @@ import { needsOf, type WorkflowNeeds } from '../generation/pool/needs';
 import { asServiceError, catalogTexts, handleMessages, statusWaiting, statusOk } from './node-helpers';
 import { generationTarget, showTargetTrouble } from './generation-target';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface SubmitDef extends NodeDef {
   server: string;
   /** A graph-gen-pool node: the job goes to one of its servers (then `server` is not used). */
-  pool?: string;
-  workflow?: string;
-  /** A workflow saved on the server, read by name for each msg; absent or '' on nodes saved before it existed. */
-  savedWorkflow?: string;
-  check?: boolean;
-  partner?: 'auto' | 'always' | 'never';
-  /** New seed each run: absent (false) on nodes saved before the setting existed, so they keep their seeds. */
-  newSeed?: boolean;
+  pool: string;
+  workflow: string;
+  /** A workflow saved on the server, read by name for each msg; '' for none. */
+  savedWorkflow: string;
+  check: boolean;
+  partner: 'auto' | 'always' | 'never';
+  /** New seed each run (a node saved before the setting keeps its seeds). */
+  newSeed: boolean;
 }
 
 type SubmitMessage = NodeMessageInFlow & {
@@ -62,13 +64,17 @@ const SOCKET_WAIT_MS = 5_000;
 export = function (RED: NodeAPI) {
   const texts = catalogTexts(RED, 'graph-gen-submit');
 
-  function GraphGenSubmit(this: Node, def: SubmitDef) {
-    RED.nodes.createNode(this, def);
+  function GraphGenSubmit(this: Node, saved: NodeDef) {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const def = migrateConfig<SubmitDef>('graph-gen-submit', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     const partnerMode = def.partner === 'always' || def.partner === 'never' ? def.partner : 'auto';
-    const setting = (def.workflow ?? '').trim();
-    const savedName = (def.savedWorkflow ?? '').trim();
+    // Text of any length (a workflow is long); what is not text is none.
+    const setting = (textOf(def.workflow, Infinity) ?? '').trim();
+    const savedName = (textOf(def.savedWorkflow, Infinity) ?? '').trim();
     const newSeed = def.newSeed === true;
     const status = showTargetTrouble(RED, node, def, texts);
     let warnedNoPartnerKey = false;

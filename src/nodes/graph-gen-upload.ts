@@ -21,23 +21,25 @@ import {
   type Texts,
 } from './node-helpers';
 import { generationTarget, showTargetTrouble } from './generation-target';
+import { migrateConfig } from './config-versions';
 
+/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface UploadDef extends NodeDef {
   server: string;
   /** A graph-gen-pool node: the server is chosen per msg (then `server` is not used). */
-  pool?: string;
-  mode?: 'image' | 'mask';
-  filename?: string;
-  filenameType?: string;
-  uploadType?: string;
-  overwrite?: boolean;
-  payloadIs?: PayloadSetting;
-  /** The largest file fetched from a URL, in MiB. */
-  urlLimit?: number | string;
-  /** Seconds a URL fetch may take, all of it. */
-  urlTimeout?: number | string;
-  /** Whether a URL may reach loopback, private and link-local addresses (absent on older nodes: no). */
-  urlLocal?: boolean;
+  pool: string;
+  mode: 'image' | 'mask';
+  filename: string;
+  filenameType: string;
+  uploadType: string;
+  overwrite: boolean;
+  payloadIs: PayloadSetting;
+  /** The largest file fetched from a URL, in MiB (blank: the default). */
+  urlLimit: number | string;
+  /** Seconds a URL fetch may take, all of it (blank: the default). */
+  urlTimeout: number | string;
+  /** Whether a URL may reach loopback, private and link-local addresses. */
+  urlLocal: boolean;
 }
 
 type UploadMessage = NodeMessageInFlow & {
@@ -79,10 +81,13 @@ function positive(value: unknown, fallback: number): number {
 export = function (RED: NodeAPI) {
   const texts = catalogTexts(RED, 'graph-gen-upload');
 
-  function GraphGenUpload(this: Node, def: UploadDef) {
-    RED.nodes.createNode(this, def);
+  function GraphGenUpload(this: Node, saved: NodeDef) {
+    RED.nodes.createNode(this, saved);
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- handlers below need the node
     const node = this;
+    const def = migrateConfig<UploadDef>('graph-gen-upload', saved, (newer) =>
+      node.warn(texts('warnings.newer-settings', newer)),
+    );
     const payloadIs: PayloadSetting =
       def.payloadIs === 'path' || def.payloadIs === 'base64' ? def.payloadIs : 'auto';
     const limits: UrlLimits = {
@@ -97,17 +102,11 @@ export = function (RED: NodeAPI) {
       // Through a pool: the server msg.server names, else the best one now; the submit after follows it.
       const member = target.pool ? await target.pool.memberForUpload(msg.server, signal) : undefined;
       const connection = member?.connection ?? target.connection!;
-      const filenameSetting = await evaluateProperty(
-        RED,
-        node,
-        msg,
-        def.filename ?? 'filename',
-        def.filenameType || 'msg',
-      );
+      const filenameSetting = await evaluateProperty(RED, node, msg, def.filename, def.filenameType);
       if (filenameSetting !== undefined && filenameSetting !== '' && typeof filenameSetting !== 'string') {
         throw invalidInput(texts('errors.filename-not-text'));
       }
-      const type = msg.type ?? (def.uploadType || 'input');
+      const type = msg.type ?? def.uploadType;
       if (type !== 'input' && type !== 'temp')
         throw invalidInput(
           texts('errors.bad-type', { type: typeof type === 'string' ? type : shownValue(type) }),
@@ -115,7 +114,7 @@ export = function (RED: NodeAPI) {
       const overwrite =
         msg.overwrite !== undefined
           ? booleanOf(msg.overwrite, 'msg.overwrite', texts)
-          : def.overwrite !== false;
+          : def.overwrite === true;
       const mask = def.mode === 'mask' || msg.original_ref !== undefined;
       if (mask) checkOriginalRef(msg.original_ref, texts);
       const source = await readUploadSource(msg.payload, payloadIs, {

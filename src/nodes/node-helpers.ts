@@ -10,6 +10,7 @@ import type { GenerationConnection } from '../generation/connection';
 import type { ConnectionState } from '../generation/jobs/socket-manager';
 import type { GraphGenConfigNode } from './graph-gen-config';
 import { errorText, textOf } from '../boundary/outside';
+import { migrateConfig } from './config-versions';
 
 /** Values for a catalog text's `__name__` placeholders. */
 export type TextValues = Record<string, string | number>;
@@ -221,8 +222,8 @@ const ENV_REFERENCE = /\$\{/;
  * What a dialog's "test connection" may use. The dialog sends the settings as typed, the credentials it holds
  * (a password unchanged since it was loaded comes as Node-RED's placeholder) and the node's id. Stored
  * credentials go only to the address they were deployed with: they are used for a deployed node of this very
- * type whose saved settings are the ones sent (a setting the saved node lacks counts as its `defaults` value:
- * a node saved before the setting existed), and then the deployed settings (with their `${VAR}` references
+ * type whose saved settings are the ones sent (both read through migrateConfig: a setting the saved node or
+ * the dialog lacks is its old default), and then the deployed settings (with their `${VAR}` references
  * resolved, as the deploy did) are tested. A text credential (a user name: the editor holds it as stored)
  * sent as it is stored counts as not typed; a password one counts as typed unless it is the placeholder. Typed
  * settings are tested as typed, with typed credentials only. Only a deployed node resolves its variables: a
@@ -235,38 +236,34 @@ export function connectionTestTarget<S extends object>(
   fields: Array<keyof S & string>,
   body: Partial<S> & { id?: unknown; apiKey?: unknown },
   texts: Texts,
-  options: { defaults?: Partial<S>; credentials?: Record<string, 'password' | 'text'> } = {},
+  options: { credentials?: Record<string, 'password' | 'text'> } = {},
 ): ConnectionTestTarget<Partial<S>> {
   const kinds = options.credentials ?? { apiKey: 'password' };
   const names = Object.keys(kinds);
-  const defaults = (options.defaults ?? {}) as Record<string, unknown>;
   let saved: Record<string, unknown> | undefined;
   if (typeof body.id === 'string' && body.id) {
     RED.nodes.eachNode((config) => {
-      if (config.id === body.id && config.type === type) saved = config as unknown as Record<string, unknown>;
+      if (config.id === body.id && config.type === type) saved = migrateConfig(type, config);
     });
   }
   const text = (value: unknown) => textOf(value) ?? '';
-  const sent = body as Record<string, unknown>;
+  // The dialog's settings, as the editor holds the node: one saved before a setting existed lacks it.
+  const sent = migrateConfig(type, Object.fromEntries(fields.map((field) => [field, body[field]])));
   const asDeployed =
     saved !== undefined &&
-    fields.every(
-      (field) =>
-        text((saved as Record<string, unknown>)[field] ?? defaults[field]) ===
-        text(sent[field] ?? defaults[field]),
-    );
+    fields.every((field) => text((saved as Record<string, unknown>)[field]) === text(sent[field]));
   const stored = (saved ? (RED.nodes.getCredentials(body.id as string) ?? {}) : {}) as Record<
     string,
     string | undefined
   >;
   const typed: Record<string, string> = {};
   for (const name of names) {
-    const value = sent[name];
+    const value = (body as Record<string, unknown>)[name];
     if (typeof value !== 'string' || value === UNCHANGED_PASSWORD) continue;
     if (kinds[name] === 'text' && asDeployed && value === (stored[name] ?? '')) continue;
     typed[name] = value;
   }
-  const typedSettings = () => Object.fromEntries(fields.map((field) => [field, body[field]])) as Partial<S>;
+  const typedSettings = () => Object.fromEntries(fields.map((field) => [field, sent[field]])) as Partial<S>;
   if (Object.values(typed).some((value) => ENV_REFERENCE.test(value))) {
     return {
       settings: typedSettings(),
@@ -292,7 +289,7 @@ export function connectionTestTarget<S extends object>(
     return { settings, ...given(values), asSaved: Object.keys(typed).length === 0 };
   }
   const settings = typedSettings();
-  if (fields.some((field) => ENV_REFERENCE.test(text(body[field])))) {
+  if (fields.some((field) => ENV_REFERENCE.test(text(sent[field])))) {
     return { settings, credentials: {}, refusal: texts('errors.env-in-settings'), asSaved: false };
   }
   return { settings, ...given(typed), asSaved: false };
