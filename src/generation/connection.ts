@@ -101,8 +101,11 @@ export class GenerationConnection {
   readonly limits: GenerationLimits;
   /** What every request and the socket's handshake carry. */
   readonly credential: Credential;
-  /** Jobs this connection submitted (their events come to its socket). */
-  private readonly submitted = new RecentMap<string, true>(4096);
+  /**
+   * Jobs this connection submitted (their events come to its socket), each with the socket's connection when it
+   * was sent (-1: the socket was not open).
+   */
+  private readonly submitted = new RecentMap<string, number>(4096);
 
   /**
    * Refuses (invalid_input) a base address that is not http(s), authentication settings that cannot be sent,
@@ -133,7 +136,10 @@ export class GenerationConnection {
       keptEventBytes: this.limits.keptEventBytes,
       listRetryMs: settings.jobTimings?.listRetryMs,
       reportedRunning: (promptId) => this.jobs.lifeOf(promptId)?.state === 'running',
-      submitting: (promptId) => this.submitted.set(promptId, true),
+      submitting: (promptId) => {
+        const events = this.sockets();
+        this.submitted.set(promptId, events.isOpen ? events.epoch : -1);
+      },
       askNow: (promptId) => this.jobs.checkNow(promptId),
     });
     this.jobs = new JobBook(
@@ -141,6 +147,7 @@ export class GenerationConnection {
         lookup: this.dialect.lookup,
         cancels: this.cancels,
         sockets: () => this.sockets(),
+        heardAll: (promptId) => this.heardAll(promptId),
         log: (level, message) => this.sockets().log(level, message),
       },
       { ...this.dialect.jobTimings, ...settings.jobTimings },
@@ -160,6 +167,15 @@ export class GenerationConnection {
   partnerExtra(send: boolean): Record<string, unknown> | undefined {
     const key = this.settings.partnerKey;
     return send && key ? { [this.settings.partnerKeyField]: key } : undefined;
+  }
+
+  /**
+   * Whether every event of a job this connection submitted is here: it was sent while the socket was open, and
+   * the socket has stayed open on that connection since (so its events, kept until its await came, are whole).
+   */
+  heardAll(promptId: string): boolean {
+    const epoch = this.submitted.get(promptId);
+    return epoch !== undefined && epoch >= 0 && this.sockets().heardAllSince?.(promptId, epoch) === true;
   }
 
   /** Whether this connection submitted the job. */

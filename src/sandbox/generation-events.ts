@@ -138,6 +138,12 @@ export function mountGenerationEvents(
   const byClient = new Map<string, Peer>();
   const sleepers = new Map<NodeJS.Timeout, () => void>();
   const waiting: SandboxJob[] = [];
+  /**
+   * Jobs submitted while autoRun is off, not run yet: waiting in the queue all the same, so the queue's count
+   * holds them (a real server's does), and a held job cancelled makes it shorter.
+   */
+  const held = new Set<SandboxJob>();
+  const queueCount = () => waiting.length + held.size + runningCount;
   const hangs = new Map<string, (goOn?: boolean) => void>();
   const runningIds = new Set<string>();
   let runningCount = 0;
@@ -189,7 +195,7 @@ export function mountGenerationEvents(
 
   const queueStatus = () => {
     if (options.statusEvents === false) return;
-    broadcast('status', { status: { exec_info: { queue_remaining: waiting.length + runningCount } } });
+    broadcast('status', { status: { exec_info: { queue_remaining: queueCount() } } });
   };
 
   /** Waits; false when the job stopped meanwhile (cancelled, interrupted) or the sandbox closed. */
@@ -388,7 +394,10 @@ export function mountGenerationEvents(
 
   const onSubmitted = (job: SandboxJob) => {
     // A real server tells every socket of each job queued, whether or not it runs it soon.
-    if (options.autoRun === false) return queueStatus();
+    if (options.autoRun === false) {
+      held.add(job);
+      return queueStatus();
+    }
     waiting.push(job);
     queueStatus();
     pump();
@@ -399,6 +408,7 @@ export function mountGenerationEvents(
       // A pending job leaves the queue quietly, as self-hosted servers do; only the count changes.
       const index = waiting.indexOf(job);
       if (index >= 0) waiting.splice(index, 1);
+      held.delete(job);
       queueStatus();
       return;
     }
@@ -410,6 +420,7 @@ export function mountGenerationEvents(
   /** Empties the queue and wakes every pausing or hanging run, so each ends at its next step. */
   const stopAll = () => {
     waiting.length = 0;
+    held.clear();
     for (const [timer, wake] of sleepers) {
       clearTimeout(timer);
       wake();
@@ -459,7 +470,7 @@ export function mountGenerationEvents(
         JSON.stringify({
           type: 'status',
           data: {
-            status: { exec_info: { queue_remaining: waiting.length + runningCount } },
+            status: { exec_info: { queue_remaining: queueCount() } },
             sid: peer.clientId,
           },
         }),
@@ -491,6 +502,7 @@ export function mountGenerationEvents(
     run(jobId) {
       const job = jobs.jobs.get(jobId);
       if (!job || job.state !== 'pending') return;
+      held.delete(job);
       waiting.push(job);
       queueStatus();
       pump();

@@ -67,6 +67,11 @@ export interface JobEventSource {
   unsubscribe(promptId: string, listener: JobListener, options?: { ended?: boolean }): void;
   /** Every job's events, whichever job (the job-events node's tap); a source without one never calls it. */
   watchAll(listener: EveryJobListener): () => void;
+  /**
+   * Whether every event of the job since connection `epoch` is here (kept or heard live); a source that cannot
+   * tell leaves it out, and the book asks the server.
+   */
+  heardAllSince?(promptId: string, epoch: number): boolean;
   /** Opens the connection again (the book saw a job move on while it stayed silent). */
   reopen(): void;
   log(level: LogLevel, message: string): void;

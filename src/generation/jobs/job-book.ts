@@ -7,8 +7,9 @@
  * When the server is asked (every check of the same moment shares one queue read, so thousands of waiting
  * jobs cost one request):
  * - once after a job is awaited (it may have ended before), unless its events already arrive on an unbroken
- *   socket; after every reconnect, for every job (events may have been missed);
- * - when the queue changes (a `status` event): jobs still waiting with no event, a few at a time (a job
+ *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
+ *   every reconnect, for every job (events may have been missed);
+ * - when the queue gets shorter (a `status` event): jobs still waiting with no event, a few at a time (a job
  *   deleted from the queue sends no event);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
@@ -68,6 +69,8 @@ export interface BookConnection {
   readonly lookup: JobLookupPort;
   readonly cancels: Pick<CancelRegistry, 'kindOf' | 'listen' | 'isCancelled'>;
   sockets(): JobEventSource;
+  /** Whether every event of the job is here already and to come (connection.ts): it needs no first check. */
+  heardAll?(promptId: string): boolean;
   log?(level: 'debug' | 'warn', message: string): void;
 }
 
@@ -139,6 +142,8 @@ export class JobBook implements LifeHost {
   private readonly running = new Set<JobLife>();
   private readonly firstChecks = new Set<JobLife>();
   private firstCheckTimer?: NodeJS.Timeout;
+  /** The queue's length as the last `status` event gave it. */
+  private queueLength?: number;
   private queueRead?: { at: number; read: Promise<QueueRead> };
   /** The server's recent run time of a job, for wait estimates: read at most once a minute, when wanted. */
   private runTime?: { at: number; ms: Promise<number | undefined> };
@@ -223,8 +228,12 @@ export class JobBook implements LifeHost {
     job.onChange(life, life.state);
     this.armQuietChecks();
     this.armSilenceWatch();
-    this.firstChecks.add(life);
-    this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.timings.firstCheckMs);
+    // A job submitted here on the socket that is still open has every event here or to come: asking the server
+    // would only read the list of every job again (a read per round while thousands are submitted).
+    if (!this.connection.heardAll?.(promptId)) {
+      this.firstChecks.add(life);
+      this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.timings.firstCheckMs);
+    }
     if (!sockets.isOpen) this.check(life, watch.pollDelay);
   }
 
@@ -354,10 +363,15 @@ export class JobBook implements LifeHost {
     if (this.deregister || this.closed) return;
     this.stopListening = this.connection.cancels.listen((promptId, kind) => this.onCancel(promptId, kind));
     this.deregister = this.connection.sockets().register({
-      onQueueStatus: () => {
+      onQueueStatus: (queueRemaining) => {
         // The queue changed: the next check reads it anew.
         this.queueRead = undefined;
-        this.scheduleSweep();
+        // A job deleted from the queue sends no event, but makes it shorter: only then are waiting jobs swept
+        // (a queue that grows, as thousands are submitted, says nothing of them).
+        const shorter =
+          queueRemaining === undefined || this.queueLength === undefined || queueRemaining < this.queueLength;
+        this.queueLength = queueRemaining;
+        if (shorter) this.scheduleSweep();
       },
       onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
     });

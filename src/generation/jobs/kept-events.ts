@@ -61,6 +61,11 @@ export class KeptEvents {
     return this.jobs.has(promptId);
   }
 
+  /** Whether the job lost an event its result depends on while nobody awaited it. */
+  lostEvents(promptId: string): boolean {
+    return this.lost.has(promptId);
+  }
+
   /**
    * The job's kept events, in order (a copy: a replay may keep more). When it lost an event to a bound, the
    * first says so (a copy of it: the kept one stays as it came). One that lost all it had is replayed none: its

@@ -564,6 +564,14 @@ export class SocketManager {
     return this.listeners.has(promptId);
   }
 
+  /**
+   * Whether every event of the job since the socket's connection `epoch` is here: the socket has stayed open on
+   * that connection, and no event of it was lost while nobody awaited it (kept-events.ts).
+   */
+  heardAllSince(promptId: string, epoch: number): boolean {
+    return this.currentState === 'open' && this.epochCount === epoch && !this.kept.lostEvents(promptId);
+  }
+
   /** Whether events of this job are kept (a new await is replayed them all). */
   isKept(promptId: string): boolean {
     return this.kept.has(promptId);
