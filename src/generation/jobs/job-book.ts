@@ -229,8 +229,9 @@ export class JobBook implements LifeHost {
     this.armQuietChecks();
     this.armSilenceWatch();
     // A job submitted here on the socket that is still open has every event here or to come: asking the server
-    // would only read the list of every job again (a read per round while thousands are submitted).
-    if (!this.connection.heardAll?.(promptId)) {
+    // would only read the list of every job again (a read per round while thousands are submitted). Unless an
+    // await wants its progress: its place in the queue (a `queue` progress msg) comes from that read.
+    if (job.wantsProgress || !this.connection.heardAll?.(promptId)) {
       this.firstChecks.add(life);
       this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.timings.firstCheckMs);
     }
