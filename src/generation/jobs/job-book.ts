@@ -9,7 +9,7 @@
  * - once after a job is awaited (it may have ended before), unless its events already arrive on an unbroken
  *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
  *   every reconnect, for every job (events may have been missed);
- * - when the queue gets shorter (a `status` event): jobs still waiting with no event, a few at a time (a job
+ * - when the queue changes (a `status` event): jobs still waiting with no event, a few at a time (a job
  *   deleted from the queue sends no event);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
@@ -142,8 +142,6 @@ export class JobBook implements LifeHost {
   private readonly running = new Set<JobLife>();
   private readonly firstChecks = new Set<JobLife>();
   private firstCheckTimer?: NodeJS.Timeout;
-  /** The queue's length as the last `status` event gave it. */
-  private queueLength?: number;
   private queueRead?: { at: number; read: Promise<QueueRead> };
   /** The server's recent run time of a job, for wait estimates: read at most once a minute, when wanted. */
   private runTime?: { at: number; ms: Promise<number | undefined> };
@@ -364,15 +362,10 @@ export class JobBook implements LifeHost {
     if (this.deregister || this.closed) return;
     this.stopListening = this.connection.cancels.listen((promptId, kind) => this.onCancel(promptId, kind));
     this.deregister = this.connection.sockets().register({
-      onQueueStatus: (queueRemaining) => {
+      onQueueStatus: () => {
         // The queue changed: the next check reads it anew.
         this.queueRead = undefined;
-        // A job deleted from the queue sends no event, but makes it shorter: only then are waiting jobs swept
-        // (a queue that grows, as thousands are submitted, says nothing of them).
-        const shorter =
-          queueRemaining === undefined || this.queueLength === undefined || queueRemaining < this.queueLength;
-        this.queueLength = queueRemaining;
-        if (shorter) this.scheduleSweep();
+        this.scheduleSweep();
       },
       onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
     });
