@@ -102,13 +102,19 @@ describe('editor: the picture under an await-job or download node', function () 
 
   /** What the inject node's button does (its admin endpoint), wherever the view has scrolled the node. */
   async function clickInject(id) {
-    const status = await page.evaluate(
-      (nodeId) =>
-        new Promise((resolve) =>
-          $.ajax({ url: `inject/${nodeId}`, type: 'POST', complete: (xhr) => resolve(xhr.status) }),
-        ),
-      id,
-    );
+    const press = () =>
+      page.evaluate(
+        (nodeId) =>
+          new Promise((resolve) =>
+            $.ajax({ url: `inject/${nodeId}`, type: 'POST', complete: (xhr) => resolve(xhr.status) }),
+          ),
+        id,
+      );
+    // The editor says "deployed" once the flows are saved; on a busy machine the runtime may still be starting
+    // them, and an inject node not started yet answers 404 (CI saw it once): pressed again until it is there.
+    let status = await press();
+    for (const started = Date.now(); status === 404 && Date.now() - started < 10_000; status = await press())
+      await new Promise((resolve) => setTimeout(resolve, 200));
     assert.strictEqual(status, 200);
   }
 
