@@ -15,6 +15,7 @@
  *
  * No Node-RED inside; no timers of its own (the pool schedules the queue reads).
  */
+import { abortable } from '../../abortable';
 import type { ConnectionState } from '../jobs/socket-manager';
 import type { NodeTypeDefinition } from '../workflows/workflow';
 import { DIALOG_DEFINITIONS } from '../workflows/definitions-cache';
@@ -180,14 +181,4 @@ export class MemberWatch {
     this.unseen = 0;
     this.changes += 1;
   }
-}
-
-/** `promise`, or the signal's reason once it aborts; its listener goes when it settles (signals may live long). */
-function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  signal.throwIfAborted();
-  return new Promise<T>((resolve, reject) => {
-    const stop = () => reject(signal.reason as Error);
-    signal.addEventListener('abort', stop, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
-  });
 }

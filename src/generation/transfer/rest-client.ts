@@ -7,6 +7,7 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
+import { abortable } from '../../abortable';
 import type { HttpClient, RawResponse } from '../../http/client';
 import { addressRefusal, resolvesLocal } from '../../http/address-policy';
 import { ServiceError, invalidInput, messageFromBody } from '../../http/errors';
@@ -65,16 +66,6 @@ export interface OpenFile {
 
 const REDIRECTS = [301, 302, 303, 307, 308];
 
-/** `promise`, or a rejection as soon as `signal` aborts (the work itself goes on for others). */
-function abortable<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (!signal) return promise;
-  signal.throwIfAborted();
-  return new Promise<T>((resolve, reject) => {
-    const stop = () => reject(signal.reason);
-    signal.addEventListener('abort', stop, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
-  });
-}
 const MAX_FOREIGN_REDIRECTS = 3;
 
 function header(response: RawResponse, name: string): string | undefined {
