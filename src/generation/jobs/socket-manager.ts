@@ -1,11 +1,11 @@
 /**
  * The one WebSocket of a config node, shared by every node that uses it. It owns the socket, its heartbeat
  * and its reconnects; nodes register as users (queue status, notifications, connection state) and subscribe
- * per prompt_id. It carries frames (frame-reader.ts reads them) to the subscribers of their prompt_id; events of
- * a prompt_id nobody awaits yet are kept (kept-events.ts) and replayed in order to every subscriber, so
- * `submit -> delay -> await` loses nothing and two awaits of one job see the same events. It knows nothing of a
- * job's state (job-life.ts does). Past 400 lines: the connection's whole lifecycle (open, heartbeat, backoff,
- * reopen, idle close, close) is one state kept in one place, with the users and subscriptions it serves.
+ * per prompt_id. It carries frames (frame-reader.ts reads them) to the subscribers of their prompt_id
+ * (socket-subscriptions.ts); events of a prompt_id nobody awaits yet are kept (kept-events.ts) and replayed in
+ * order to every subscriber, so `submit -> delay -> await` loses nothing and two awaits of one job see the same
+ * events. It knows nothing of a job's state (job-life.ts does). Past 400 lines: the connection's whole lifecycle
+ * (open, heartbeat, backoff, reopen, idle close, close) is one state kept in one place, with the users it serves.
  * No Node-RED inside.
  */
 import WebSocket from 'ws';
@@ -14,14 +14,13 @@ import { transportFailure } from '../../http/transport';
 import { errorText } from '../../boundary/outside';
 import { DEFAULT_MAX_FRAME_BYTES } from './frames';
 import { FrameReader } from './frame-reader';
-import { KeptEvents } from './kept-events';
+import { SocketSubscriptions } from './socket-subscriptions';
 import type {
   BufferLimits,
   ConnectionState,
   EveryJobListener,
   JobListener,
   LogLevel,
-  SocketEvent,
   SocketStats,
   SocketUser,
 } from './socket-events';
@@ -113,16 +112,12 @@ export class SocketManager {
   private readonly timings: SocketTimings;
   private readonly limits: BufferLimits;
   private readonly users = new Set<SocketUser>();
-  /** By prompt_id. An array, not a Set: nearly always one listener (the book's), and 10,000 jobs make 10,000. */
-  private readonly listeners = new Map<string, JobListener[]>();
-  /** Listeners to every job's events; none: dispatch pays one size check. */
-  private readonly everyJob = new Set<EveryJobListener>();
+  /** Who hears which job's events, and the events kept for jobs nobody awaits yet. */
+  private readonly subscriptions: SocketSubscriptions;
   /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
   private progressWanted = 0;
   /** Frames read in this turn of the event loop (see FRAMES_PER_TURN). */
   private framesThisTurn = 0;
-  /** Events of jobs nobody awaits yet, for the await that comes. */
-  private readonly kept: KeptEvents;
   private readonly frames: FrameReader;
   private readonly waiters = new Set<{ deadline: number; finish: (open: boolean) => void }>();
   private ws?: WebSocket;
@@ -149,7 +144,9 @@ export class SocketManager {
   constructor(readonly options: SocketManagerOptions) {
     this.timings = { ...SocketManager.defaultTimings, ...options.timings };
     this.limits = { ...SocketManager.defaultLimits, ...options.limits };
-    this.kept = new KeptEvents(this.limits, this.stats);
+    this.subscriptions = new SocketSubscriptions(this.limits, this.stats, (level, message) =>
+      this.log(level, message),
+    );
     this.secrets = [options.apiKey, options.token, ...(options.secrets ?? [])].filter(
       (secret): secret is string => typeof secret === 'string' && secret.length > 0,
     );
@@ -162,7 +159,7 @@ export class SocketManager {
       get epoch() {
         return manager.epochCount;
       },
-      job: (promptId, event) => this.dispatch(promptId, event),
+      job: (promptId, event) => this.subscriptions.dispatch(promptId, event),
       status: (queue, data) => {
         for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
       },
@@ -237,16 +234,11 @@ export class SocketManager {
    * wants progress-only events (`progress`), those frames are not read, nor kept for jobs not awaited yet.
    */
   subscribe(promptId: string, listener: JobListener): void {
-    const present = this.listeners.get(promptId);
-    if (present) present.push(listener);
-    else this.listeners.set(promptId, [listener]);
+    this.subscriptions.add(promptId, listener);
     if (listener.progress) this.progressWanted += 1;
-    this.kept.awaited(promptId);
     this.cancelGrace();
     this.ensureOpen();
-    // The kept events stay (and grow with live ones) while the job is awaited, so a second await of the
-    // same job is replayed the same events; they go when its last await leaves.
-    for (const event of this.kept.eventsOf(promptId)) this.deliver(listener, event);
+    this.subscriptions.replay(promptId, listener);
   }
 
   /**
@@ -254,15 +246,8 @@ export class SocketManager {
    * `{ ended: true }` also drops the job's later events instead of keeping them for a later await.
    */
   unsubscribe(promptId: string, listener: JobListener, { ended = false }: { ended?: boolean } = {}): void {
-    const listeners = this.listeners.get(promptId);
-    const index = listeners ? listeners.indexOf(listener) : -1;
-    if (!listeners || index < 0) return;
-    listeners.splice(index, 1);
+    if (!this.subscriptions.remove(promptId, listener, ended)) return;
     if (listener.progress) this.progressWanted -= 1;
-    if (listeners.length === 0) {
-      this.listeners.delete(promptId);
-      this.kept.release(promptId, ended);
-    }
     this.closeWhenUnused();
   }
 
@@ -271,8 +256,7 @@ export class SocketManager {
    * opens the socket nor keeps it open: register a user for that. The returned function stops it.
    */
   watchAll(listener: EveryJobListener): () => void {
-    this.everyJob.add(listener);
-    return () => this.everyJob.delete(listener);
+    return this.subscriptions.watchAll(listener);
   }
 
   /** Closes for good (the config node is going); waits until the socket is fully closed. */
@@ -281,9 +265,7 @@ export class SocketManager {
     this.clearTimers();
     this.cancelGrace();
     for (const waiter of [...this.waiters]) waiter.finish(false);
-    this.kept.clear();
-    this.listeners.clear();
-    this.everyJob.clear();
+    this.subscriptions.clear();
     await this.closeSocket();
     this.setState('closed');
     this.users.clear();
@@ -444,14 +426,14 @@ export class SocketManager {
   }
 
   private shouldStayOpen(): boolean {
-    return this.users.size > 0 || this.listeners.size > 0 || this.waiters.size > 0;
+    return this.users.size > 0 || this.subscriptions.size > 0 || this.waiters.size > 0;
   }
 
   private closeWhenUnused(): void {
-    if (this.closed || this.users.size > 0 || this.listeners.size > 0 || this.graceTimer) return;
+    if (this.closed || this.users.size > 0 || this.subscriptions.size > 0 || this.graceTimer) return;
     this.graceTimer = setTimeout(() => {
       this.graceTimer = undefined;
-      if (this.users.size > 0 || this.listeners.size > 0 || this.closed) return;
+      if (this.users.size > 0 || this.subscriptions.size > 0 || this.closed) return;
       clearTimeout(this.reconnectTimer);
       this.reconnectTimer = undefined;
       this.setState('idle');
@@ -508,12 +490,12 @@ export class SocketManager {
 
   /** Whether other awaits already listen to this job (a new one has missed their earlier events). */
   isListened(promptId: string): boolean {
-    return this.listeners.has(promptId);
+    return this.subscriptions.isListened(promptId);
   }
 
   /** Whether events of this job are kept (a new await is replayed them all). */
   isKept(promptId: string): boolean {
-    return this.kept.has(promptId);
+    return this.subscriptions.isKept(promptId);
   }
 
   private drop(reason: string): void {
@@ -521,37 +503,14 @@ export class SocketManager {
     this.log('debug', `graph-gen socket: dropped a frame: ${reason}`);
   }
 
-  private dispatch(promptId: string, event: SocketEvent): void {
-    if (this.everyJob.size > 0)
-      for (const listener of [...this.everyJob]) this.safely(() => listener(promptId, event));
-    const listeners = this.listeners.get(promptId);
-    if (listeners) {
-      // One listener is the common case: no copy per event.
-      if (listeners.length === 1) this.deliver(listeners[0], event);
-      else for (const listener of [...listeners]) this.deliver(listener, event);
-      // A job awaited after its events were kept keeps them all, for a further await of it.
-      this.kept.offer(promptId, event, true);
-      return;
-    }
-    this.kept.offer(promptId, event, false);
-  }
-
   /** Bytes of the events kept for later awaits. */
   get keptBytes(): number {
-    return this.kept.bytes;
+    return this.subscriptions.keptBytes;
   }
 
   /** Number of prompt_ids whose events are kept for a later await. */
   get keptJobs(): number {
-    return this.kept.count;
-  }
-
-  private deliver(listener: JobListener, event: SocketEvent): void {
-    try {
-      listener.onEvent(event);
-    } catch (error) {
-      this.log('warn', `graph-gen socket: a listener failed: ${errorText(error)}`);
-    }
+    return this.subscriptions.keptJobs;
   }
 
   private safely(call: () => void): void {
