@@ -14,6 +14,7 @@ import { transportFailure } from '../../http/transport';
 import { errorText } from '../../boundary/outside';
 import { DEFAULT_MAX_FRAME_BYTES } from './frames';
 import { FrameReader } from './frame-reader';
+import { FramePacer } from './frame-pacing';
 import { SocketSubscriptions } from './socket-subscriptions';
 import type {
   BufferLimits,
@@ -72,14 +73,6 @@ export interface SocketTimings {
   handshakeTimeoutMs: number;
 }
 
-/**
- * Frames read in one turn of the event loop before the socket pauses until the next turn. A server that
- * sends faster than we read would otherwise keep the loop in its I/O phase (Node reads a busy socket up to
- * 32 times per turn): the msgs our nodes send (Node-RED delivers them in the next check phase), other
- * flows, timers and HTTP would wait behind thousands of frames.
- */
-const FRAMES_PER_TURN = 400;
-
 export class SocketManager {
   static defaultTimings: SocketTimings = {
     backoffBaseMs: 500,
@@ -116,8 +109,8 @@ export class SocketManager {
   private readonly subscriptions: SocketSubscriptions;
   /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
   private progressWanted = 0;
-  /** Frames read in this turn of the event loop (see FRAMES_PER_TURN). */
-  private framesThisTurn = 0;
+  /** Reads a busy socket a turn of the event loop at a time (frame-pacing.ts). */
+  private readonly pacer = new FramePacer();
   private readonly frames: FrameReader;
   private readonly waiters = new Set<{ deadline: number; finish: (open: boolean) => void }>();
   private ws?: WebSocket;
@@ -316,7 +309,7 @@ export class SocketManager {
     this.closedSocket = new Promise<void>((resolve) => (closedResolve = resolve));
     ws.on('open', () => this.onOpen(ws));
     ws.on('message', (data, isBinary) => {
-      this.pace(ws);
+      this.pacer.pace(ws);
       // A frame's handling must never throw into ws (an uncaught error there takes Node-RED down).
       try {
         this.frames.read(data, isBinary);
@@ -475,17 +468,6 @@ export class SocketManager {
     this.currentState = state;
     const reconnected = state === 'open' && this.epochCount > 1;
     for (const user of [...this.users]) this.safely(() => user.onConnectionState?.(state, reconnected));
-  }
-
-  /** Counts the turn's frames; past FRAMES_PER_TURN, pauses reading until the msgs queued so far are delivered. */
-  private pace(ws: WebSocket): void {
-    this.framesThisTurn += 1;
-    if (this.framesThisTurn === 1) setImmediate(() => (this.framesThisTurn = 0));
-    else if (this.framesThisTurn === FRAMES_PER_TURN) {
-      ws.pause();
-      // Queued after what this turn's frames sent, so those go first.
-      setImmediate(() => ws.resume());
-    }
   }
 
   /** Whether other awaits already listen to this job (a new one has missed their earlier events). */
