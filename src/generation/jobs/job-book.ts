@@ -30,7 +30,7 @@ import { phaseInQueue, type LookupAnswer, type QueueRead } from './job-lookup';
 import { Limiter } from './limiter';
 import { RecentMap } from './recent-map';
 import type { ConnectionState } from './socket-manager';
-import type { JobEventSource, JobLookupPort } from '../dialects/dialect';
+import type { JobEventSource, JobLookupPort } from './job-ports';
 
 export interface JobTimings {
   /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
