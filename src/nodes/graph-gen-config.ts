@@ -4,7 +4,7 @@
  * else the environment's), and the one connection (keep-alive REST pool and shared WebSocket) every
  * generation node of this config uses. Also serves the dialog's "test connection" button.
  */
-import type { Node, NodeAPI, NodeDef } from 'node-red';
+import type { NodeAPI, NodeDef } from 'node-red';
 import type { NextFunction, Request, Response } from 'express';
 import {
   DEFAULT_PARTNER_KEY_FIELD,
@@ -37,6 +37,7 @@ import { notOffered, offersOf } from '../generation/dialects';
 import type { DialectName } from '../generation/dialects/dialect';
 import { errorText, textOf } from '../boundary/outside';
 import { migrateConfig } from './config-versions';
+import type { GraphGenConfigNode as ConfigNode, GraphGenCredentials } from './graph-gen-config-node';
 
 /** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface GraphGenConfigDef extends NodeDef {
@@ -82,15 +83,6 @@ function limitsOf(def: GraphGenConfigDef): GenerationLimits {
     requestTimeoutMs: positive(def.requestTimeout, 1000, GENERATION_LIMITS.requestTimeoutMs),
     keptEventBytes: positive(def.keptEventsMiB, MIB, GENERATION_LIMITS.keptEventBytes),
   };
-}
-
-interface GraphGenCredentials {
-  /** The API key, the bearer token or the named header's value, as the scheme says. */
-  apiKey?: string;
-  partnerKey?: string;
-  /** Basic authentication's. */
-  username?: string;
-  password?: string;
 }
 
 /**
@@ -411,14 +403,10 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   });
 }
 
-// The node's type lives beside the function Node-RED loads, so other node files can import it.
+// The node's type, beside the function Node-RED loads, so other node files can import it from either.
 // eslint-disable-next-line @typescript-eslint/no-namespace
 namespace graphGenConfig {
-  export type GraphGenConfigNode = Node<GraphGenCredentials> & {
-    /** Undefined when the settings make no connection (then `settingsError` says why). */
-    connection?: GenerationConnection;
-    settingsError?: string;
-  };
+  export type GraphGenConfigNode = ConfigNode;
 }
 
 export = graphGenConfig;
