@@ -109,7 +109,7 @@ describe('message catalogs', () => {
         }
       });
 
-      it('every key its node file, and the files named after it (<type>-settings.ts), asks for is in en-US', () => {
+      it('every key its node file, and the files named after it (<type>-*.ts), asks for is in en-US', () => {
         const sourceDir = path.join(root, 'src', 'nodes');
         const source = fs
           .readdirSync(sourceDir)
