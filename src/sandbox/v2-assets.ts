@@ -77,7 +77,7 @@ const MODEL_ROOTS = [
 ];
 const ALLOWED_ROOTS = [...MODEL_ROOTS, 'input'].sort();
 
-/** The same bytes as the engine's generated stand-in files (generation-service.ts): a 1 MiB pattern, repeated. */
+/** The same bytes as the engine's generated stand-in files (stored-files.ts): a 1 MiB pattern, repeated. */
 const GENERATED_CHUNK = Buffer.alloc(1 << 20, 'graph-gen sandbox file ');
 
 type PathCheck = { ok: true; model: boolean; norm: string } | { ok: false; message: string };
