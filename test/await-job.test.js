@@ -387,7 +387,11 @@ describe('graph-gen-await-job', () => {
     const replayed = await done.next(2);
     assert.deepEqual(replayed.payload.outputs, later.outputs);
     assert.equal(sandbox.counters.count(`/api/jobs/${later.id}`), 0);
-    assert.equal(connection.sockets().listeners.size, 0, 'a job ended by its replay leaves no subscription');
+    assert.equal(
+      connection.sockets().subscriptions.size,
+      0,
+      'a job ended by its replay leaves no subscription',
+    );
   });
 
   it('understands raw status words: success, error, and keeps waiting on queued_waiting', async () => {

@@ -109,8 +109,13 @@ describe('message catalogs', () => {
         }
       });
 
-      it('every key its node file asks for is in en-US', () => {
-        const source = fs.readFileSync(path.join(root, 'src', 'nodes', `${type}.ts`), 'utf8');
+      it('every key its node file, and the files named after it (<type>-*.ts), asks for is in en-US', () => {
+        const sourceDir = path.join(root, 'src', 'nodes');
+        const source = fs
+          .readdirSync(sourceDir)
+          .filter((file) => file === `${type}.ts` || (file.startsWith(`${type}-`) && file.endsWith('.ts')))
+          .map((file) => fs.readFileSync(path.join(sourceDir, file), 'utf8'))
+          .join('\n');
         const keys = runtimeKeys(source);
         for (const [helper, helperKeys] of Object.entries(HELPER_KEYS)) {
           if (source.includes(`${helper}(`)) keys.push(...helperKeys);

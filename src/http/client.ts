@@ -3,11 +3,13 @@
  * the service's headers, maps every failure to a ServiceError with the contract's code and a sentence that
  * says what to fix, removes secrets from everything it reports, and retries what is safe to retry:
  * idempotent requests on network failure, 5xx and a 429 with Retry-After; any request whose connection
- * failed before a byte was sent. Past 400 lines: a request, its retries, its limits and the mapping of its
- * failures are one path, read best in one place.
+ * failed before a byte was sent. What a failure tells beyond its code (it may have reached the service, it failed
+ * on the way) is marked by request-failures.ts; bodies are read and sent within bounds by bounded-bodies.ts.
+ * Past 400 lines: a request, its retries, its limits and the mapping of its failures are one path, read best in
+ * one place.
  */
 import { Readable } from 'node:stream';
-import { errors as undiciErrors, request, type Dispatcher } from 'undici';
+import { request, type Dispatcher } from 'undici';
 import type { Credential } from './auth';
 import {
   ServiceError,
@@ -23,6 +25,18 @@ import { RequestClock } from './request-clock';
 import { DEFAULT_RETRY_POLICY, parseRetryAfter, withRetry, type RetryPolicy } from './retry';
 import { errorText, readJsonText, textOf } from '../boundary/outside';
 import { Transport, transportFailure, transportSecrets, type TransportSettings } from './transport';
+import { TooLarge, bodySize, counted, formatBytes, readText } from './bounded-bodies';
+import {
+  NetworkFailure,
+  failsForGood,
+  isNotSent,
+  markedOnTheWay,
+  mayHaveReached,
+  mayHaveReachedService,
+  type RetryableServiceError,
+} from './request-failures';
+
+export { failedOnTheWay, mayHaveReached, mayHaveReachedService, outcomeUnknown } from './request-failures';
 
 export interface HttpClientOptions {
   /** Base address; request paths are appended to it (its own path prefix kept). */
@@ -94,72 +108,6 @@ export interface RawResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: Dispatcher.ResponseData['body'];
-}
-
-/** undici codes that mean the request never left: safe to repeat even for a POST. */
-const NOT_SENT_CODES = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'UND_ERR_CONNECT_TIMEOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-]);
-
-/** Failures that trying again cannot mend (a certificate not trusted, a proxy that refuses the host). */
-const permanentFailures = new WeakSet<object>();
-/** Failures on the way to a host (TLS, a proxy), whose sentence says what to fix. */
-const onTheWayFailures = new WeakSet<object>();
-
-/** Whether a request failed on the way (its certificate, a proxy): its message then says what to fix. */
-export function failedOnTheWay(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && onTheWayFailures.has(error);
-}
-
-/** Network failures of requests whose body may have reached the service (the connection broke after it left). */
-const maybeSent = new WeakSet<object>();
-
-/**
- * Whether a failed request may have reached the service: its connection broke after the request left, so the
- * service may have acted on it (a submit whose answer was lost); or a proxy took it and answered that it could
- * not reach the server behind it (a v2 proxy's 503 `upstream_unreachable`). False for one that never left.
- */
-export function mayHaveReachedService(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && maybeSent.has(error);
-}
-
-/**
- * Marks a failure as one whose request may have reached the service (a submit the service could not be asked
- * about afterwards): whoever reads it must not send the request anywhere else (a pool's failover).
- */
-export function mayHaveReached<E extends object>(error: E): E {
-  maybeSent.add(error);
-  return error;
-}
-
-/**
- * Whether a submit that failed so must be settled before anything else is done: it may have reached the service
- * (mayHaveReachedService), it was the first attempt, and the caller did not stop it. Each dialect settles it its
- * own way (by the job's id, or by its key among the jobs); none sends it blindly again.
- */
-export function outcomeUnknown(error: unknown, attempt: number, signal?: AbortSignal): error is ServiceError {
-  return !signal?.aborted && attempt === 0 && error instanceof ServiceError && mayHaveReachedService(error);
-}
-
-/** The answer was larger than the request allows: read no further. */
-class TooLarge extends Error {
-  constructor(readonly limit: number) {
-    super('answer too large');
-  }
-}
-
-class NetworkFailure extends Error {
-  constructor(
-    readonly sent: boolean,
-    readonly original: unknown,
-  ) {
-    super('network failure');
-  }
 }
 
 export class HttpClient {
@@ -269,7 +217,7 @@ export class HttpClient {
         const failure = new ServiceError('network', this.outOfTime(clock, options));
         // Out of time once the body had left: the service may have acted on it (a submit whose answer is late
         // is asked for by its id, never taken for one that was not sent).
-        if (mayHaveReachedService(error) || clock.phase !== 'sending') maybeSent.add(failure);
+        if (mayHaveReachedService(error) || clock.phase !== 'sending') mayHaveReached(failure);
         throw failure;
       }
       throw error;
@@ -333,7 +281,7 @@ export class HttpClient {
         }
       },
       (error) => ({
-        retry: error instanceof ServiceError && error.code === 'network' && !permanentFailures.has(error),
+        retry: error instanceof ServiceError && error.code === 'network' && !failsForGood(error),
       }),
       this.options.retry ?? DEFAULT_RETRY_POLICY,
       signal,
@@ -478,7 +426,7 @@ export class HttpClient {
     ).catch((error: unknown) => {
       if (error instanceof NetworkFailure) {
         const failure = this.networkError(error.original, this.what(options));
-        if (error.sent) maybeSent.add(failure);
+        if (error.sent) mayHaveReached(failure);
         throw failure;
       }
       throw error;
@@ -517,9 +465,7 @@ export class HttpClient {
           `${this.options.serviceName} could not be reached while ${action}: ${onTheWay.sentence}`,
         ),
       );
-      if (onTheWay.permanent) permanentFailures.add(failure);
-      onTheWayFailures.add(failure);
-      return failure;
+      return markedOnTheWay(failure, onTheWay.permanent);
     }
     const code = textOf((original as { code?: unknown } | null | undefined)?.code, 100);
     const reason = code ?? errorText(original, 300);
@@ -569,7 +515,7 @@ export class HttpClient {
     }) as RetryableServiceError;
     error.retryAfterMs = retryAfterMs;
     // A proxy that took the request but could not reach the server behind it: the server may have it.
-    if (code === 'network') maybeSent.add(error);
+    if (code === 'network') mayHaveReached(error);
     return error;
   }
 
@@ -593,66 +539,4 @@ export class HttpClient {
         return `${service} refused ${action} with HTTP ${status}: check the message's input`;
     }
   }
-}
-
-interface RetryableServiceError extends ServiceError {
-  retryAfterMs?: number;
-}
-
-/** The largest piece of a request body handed to the connection at once (see `counted`). */
-const BODY_PIECE = 64 * 1024;
-
-/**
- * A request body that tells the clock of each piece as the connection takes it, and of its end. A source's
- * chunk may be the whole file (form-data hands a Buffer part over as one): it is handed on in pieces, each
- * only when the connection asks for more, so what is counted is what the socket took, not what waits in it.
- */
-function counted(body: Readable, clock: RequestClock): Readable {
-  async function* pieces(): AsyncGenerator<Buffer> {
-    // Leaving the loop early (the request was cut off) destroys the source, which closes what it reads.
-    for await (const chunk of body as AsyncIterable<Buffer | string>) {
-      const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-      for (let offset = 0; offset < bytes.length; offset += BODY_PIECE) {
-        const piece = bytes.subarray(offset, offset + BODY_PIECE);
-        clock.moved(piece.length);
-        yield piece;
-      }
-    }
-    clock.handedOver();
-  }
-  return Readable.from(pieces(), { objectMode: false, highWaterMark: BODY_PIECE });
-}
-
-/** The bytes of a body handed over whole (a JSON text, a Buffer); 0 for anything else. */
-function bodySize(body: unknown): number {
-  if (typeof body === 'string') return Buffer.byteLength(body);
-  if (body instanceof Uint8Array) return body.length;
-  return 0;
-}
-
-/** Reads a body as text, refusing (and dropping the connection) past `limit` bytes. */
-async function readText(body: RawResponse['body'], limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
-      body.destroy();
-      throw new TooLarge(limit);
-    }
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks, size).toString('utf8');
-}
-
-function formatBytes(bytes: number): string {
-  return bytes >= 1024 * 1024 ? `${Math.round(bytes / 1024 / 1024)} MiB` : `${Math.round(bytes / 1024)} KiB`;
-}
-
-function isNotSent(error: unknown): boolean {
-  const code = (error as { code?: string } | undefined)?.code;
-  if (code && NOT_SENT_CODES.has(code)) return true;
-  // A proxy that refused the tunnel never passed the request on.
-  if (error instanceof undiciErrors.RequestAbortedError && /^Proxy response/.test(error.message)) return true;
-  return error instanceof undiciErrors.ConnectTimeoutError;
 }

@@ -2,30 +2,24 @@
  * graph-gen-await-job: waits for jobs (any number at once) over the config node's shared socket and sends
  * the result on output 1 (completed), output 2 (failed, cancelled, timeout) and, when enabled, every live
  * event on output 3. The following itself is done by JobTracker; this file reads settings and msgs, sends,
- * keeps the status, and keeps what it awaits for after a restart (await-resume.ts).
+ * keeps the status (what it shows: graph-gen-await-job-status.ts), and keeps what it awaits for after a restart
+ * (await-resume.ts).
  */
 import type { Node, NodeAPI, NodeDef, NodeMessage, NodeMessageInFlow, NodeStatus } from 'node-red';
 import { invalidInput } from '../http/errors';
-import { JobTracker, type JobProgress, type JobResult, type JobView } from '../generation/jobs/job-tracker';
+import { JobTracker, type JobProgress, type JobResult } from '../generation/jobs/job-tracker';
 import { MAX_JOB_ID_LENGTH, readJobId } from '../generation/jobs/job-ids';
 import { filesOf, nodeIdsNamed } from '../generation/jobs/job-outputs';
 import { fitsTimer } from '../timers';
 import { KeptAwaits } from './await-resume';
-import {
-  asServiceError,
-  catalogTexts,
-  evaluateProperty,
-  fail,
-  statusFailed,
-  statusWaiting,
-  statusOk,
-} from './node-helpers';
+import { asServiceError, catalogTexts, evaluateProperty, fail, statusFailed, statusOk } from './node-helpers';
 import { editorPicture } from './editor-picture';
 import { generationTarget, jobConnection, type GenerationTarget } from './generation-target';
 import type { GenerationConnection } from '../generation/connection';
 import { validateWorkflow } from '../generation/workflows/workflow';
 import { errorText, textOf } from '../boundary/outside';
 import { migrateConfig } from './config-versions';
+import { awaitStatus } from './graph-gen-await-job-status';
 
 /** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
 interface AwaitJobDef extends NodeDef {
@@ -145,39 +139,7 @@ export = function (RED: NodeAPI): void {
 
     function currentStatus(): NodeStatus {
       if (!target) return statusFailed(noConfig);
-      const all = [...trackers.values()];
-      // One server: its socket's trouble; a pool: how many of its servers are up (server-pool.ts).
-      if (!pool && all[0]?.connectionState === 'unauthorized')
-        return statusFailed(text('status.unauthorized'));
-      let jobs = 0;
-      let latest: JobView | undefined;
-      let nearestAhead: number | undefined;
-      let queueRemaining: number | undefined;
-      for (const tracker of all) {
-        const summary = tracker.summary();
-        jobs += summary.jobs;
-        latest ??= summary.latestRunning;
-        if (summary.nearestAhead !== undefined)
-          nearestAhead = Math.min(nearestAhead ?? Infinity, summary.nearestAhead);
-        if (summary.jobs > 0 && tracker.queueRemaining !== undefined)
-          queueRemaining = (queueRemaining ?? 0) + tracker.queueRemaining;
-      }
-      const down = pool?.downCount ?? 0;
-      const poolTrouble =
-        pool && down > 0
-          ? poolText('status.servers-up', { up: pool.size - down, total: pool.size })
-          : undefined;
-      if (jobs === 0)
-        return poolTrouble ? (down === pool!.size ? statusFailed : statusWaiting)(poolTrouble) : lastOutcome;
-      if (latest) {
-        const step = latest.step ? ` ${latest.step.value}/${latest.step.max}` : '';
-        const label = `${text('status.running')} ${latest.node ?? ''}${step}`;
-        return statusOk(label.replace(/\s+/g, ' ').trim());
-      }
-      if (poolTrouble) return statusWaiting(poolTrouble);
-      if (!pool && all[0]?.connectionState === 'down') return statusWaiting(text('status.reconnecting'));
-      if (nearestAhead !== undefined) return statusWaiting(text('status.ahead', { ahead: nearestAhead }));
-      return statusWaiting(`${text('status.queued')} ${queueRemaining ?? jobs}`);
+      return awaitStatus([...trackers.values()], pool, lastOutcome, text, poolText);
     }
 
     function scheduleStatus(): void {

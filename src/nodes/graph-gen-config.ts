@@ -2,16 +2,12 @@
  * graph-gen-config: the generation service's address, how its requests prove who sends them (API key, bearer
  * token, basic, a header of the user's naming), TLS (a core tls-config node) and proxy (a core http proxy node,
  * else the environment's), and the one connection (keep-alive REST pool and shared WebSocket) every
- * generation node of this config uses. Also serves the dialog's "test connection" button.
+ * generation node of this config uses (its settings read as graph-gen-config-settings.ts says). Also serves the
+ * dialogs' endpoints: "test connection", the server's node definitions and a UI workflow's conversion.
  */
-import type { Node, NodeAPI, NodeDef } from 'node-red';
+import type { NodeAPI, NodeDef } from 'node-red';
 import type { NextFunction, Request, Response } from 'express';
-import {
-  DEFAULT_PARTNER_KEY_FIELD,
-  GENERATION_LIMITS,
-  GenerationConnection,
-  type GenerationLimits,
-} from '../generation/connection';
+import { DEFAULT_PARTNER_KEY_FIELD, GenerationConnection } from '../generation/connection';
 import { checkConnection } from '../generation/transfer/connection-check';
 import {
   DefinitionsCache,
@@ -20,12 +16,10 @@ import {
   type NodeDefinitions,
 } from '../generation/workflows/definitions-cache';
 import { convertUiWorkflow, isUiWorkflow } from '../generation/workflows/ui-workflow';
-import type { AuthScheme, AuthSettings } from '../http/auth';
 import { invalidInput, removeSecrets } from '../http/errors';
 import { registerSavedWorkflowEndpoints, type DialogServer } from './saved-workflow-endpoints';
 import { forgetClientId, keptClientId } from './node-state';
-import { proxyFromEnvironment, proxyFromNode, type EnvironmentProxyOptions } from '../http/proxy';
-import { tlsOptionsOf, type TransportSettings } from '../http/transport';
+import type { TransportSettings } from '../http/transport';
 import {
   asServiceError,
   catalogTexts,
@@ -34,143 +28,19 @@ import {
   type Texts,
 } from './node-helpers';
 import { notOffered, offersOf } from '../generation/dialects';
-import type { DialectName } from '../generation/dialects/dialect';
 import { errorText, textOf } from '../boundary/outside';
 import { migrateConfig } from './config-versions';
-
-/** The settings, each present: migrateConfig (config-versions.ts) gives an older node its old defaults. */
-interface GraphGenConfigDef extends NodeDef {
-  baseUrl: string;
-  /** How the server is spoken to: today's API (`comfyui`) or `comfy-api-v2`. */
-  dialect: DialectName;
-  /** How requests prove who sends them. */
-  authType: AuthScheme;
-  /** The header's name of the `header` scheme. */
-  authHeader: string;
-  /** Bearer and header: the secret also as `?token=` on the socket. */
-  tokenInQuery: boolean;
-  /** A core tls-config node's id, for https and wss; '' for none. */
-  tls: string;
-  /** A core http proxy node's id; '': the environment's http_proxy, https_proxy and no_proxy. */
-  proxy: string;
-  partnerKeyField: string;
-  /** Limits (blank = the default): MiB, MiB, seconds, MiB. */
-  answerLimitMiB: string | number;
-  listLimitMiB: string | number;
-  requestTimeout: string | number;
-  keptEventsMiB: string | number;
-}
-
-const MIB = 1024 * 1024;
-
-/** The dialect a node's settings (or a dialog's request) name; anything else is today's API. */
-function dialectOf(settings: { dialect?: unknown }): DialectName {
-  return settings.dialect === 'comfy-api-v2' ? 'comfy-api-v2' : 'comfyui';
-}
-
-/** A positive number setting, else the default. */
-function positive(value: string | number | undefined, unit: number, fallback: number): number {
-  const text = (textOf(value) ?? '').trim();
-  const number = Number(text);
-  return text !== '' && Number.isFinite(number) && number > 0 ? number * unit : fallback;
-}
-
-function limitsOf(def: GraphGenConfigDef): GenerationLimits {
-  return {
-    answerBytes: positive(def.answerLimitMiB, MIB, GENERATION_LIMITS.answerBytes),
-    listBytes: positive(def.listLimitMiB, MIB, GENERATION_LIMITS.listBytes),
-    requestTimeoutMs: positive(def.requestTimeout, 1000, GENERATION_LIMITS.requestTimeoutMs),
-    keptEventBytes: positive(def.keptEventsMiB, MIB, GENERATION_LIMITS.keptEventBytes),
-  };
-}
-
-interface GraphGenCredentials {
-  /** The API key, the bearer token or the named header's value, as the scheme says. */
-  apiKey?: string;
-  partnerKey?: string;
-  /** Basic authentication's. */
-  username?: string;
-  password?: string;
-}
-
-/**
- * The settings that say how the service is reached, as the node and its dialogs hold them (a dialog's, like a
- * saved node's, read through migrateConfig: one saved before a setting existed has its old default).
- */
-type AccessSettings = Partial<
-  Pick<GraphGenConfigDef, 'dialect' | 'authType' | 'authHeader' | 'tokenInQuery' | 'tls' | 'proxy'>
->;
-
-const ACCESS_FIELDS: Array<keyof AccessSettings> = [
-  'dialect',
-  'authType',
-  'authHeader',
-  'tokenInQuery',
-  'tls',
-  'proxy',
-];
-const CREDENTIAL_KINDS = { apiKey: 'password', username: 'text', password: 'password' } as const;
-
-/**
- * How requests prove who sends them. The API-key scheme is left to `apiKey` (a key set = a cloud service), as
- * before there was a choice; every other scheme is `auth`, and never makes a cloud service of a server (one it
- * does not know is refused there, in a sentence).
- */
-function authOf(
-  settings: AccessSettings,
-  credentials: GraphGenCredentials,
-): { apiKey?: string; auth?: AuthSettings } {
-  const scheme = settings.authType;
-  if (scheme === 'apiKey') return { apiKey: credentials.apiKey || undefined };
-  return {
-    auth: {
-      scheme,
-      secret: credentials.apiKey || undefined,
-      username: credentials.username || undefined,
-      password: credentials.password || undefined,
-      headerName: settings.authHeader,
-      tokenInQuery: settings.tokenInQuery === true,
-    },
-  };
-}
-
-/** The core tls-config node's options, as its own `addTLSOptions` gives them. */
-interface TlsConfigNode {
-  valid?: boolean;
-  addTLSOptions(options: Record<string, unknown>): Record<string, unknown>;
-}
-
-/** The core http proxy node. */
-interface HttpProxyNode {
-  url?: string;
-  noproxy?: string[];
-  credentials?: { username?: string; password?: string };
-}
-
-/**
- * The TLS settings (of the chosen tls-config node) and the proxy (of the chosen http proxy node, else the
- * environment's, read as Node-RED's settings.js `proxyOptions` say), as the core http request node takes them.
- * Undefined when neither applies. Refuses a chosen node that is not deployed or could not read its files.
- */
-function transportOf(RED: NodeAPI, settings: AccessSettings, texts: Texts): TransportSettings | undefined {
-  const transport: TransportSettings = {};
-  if (settings.tls) {
-    const node = RED.nodes.getNode(settings.tls) as unknown as TlsConfigNode | null;
-    if (!node || typeof node.addTLSOptions !== 'function') throw invalidInput(texts('errors.no-tls'));
-    if (node.valid === false) throw invalidInput(texts('errors.tls-invalid'));
-    transport.tls = tlsOptionsOf(node.addTLSOptions({}));
-  }
-  if (settings.proxy) {
-    const node = RED.nodes.getNode(settings.proxy) as unknown as HttpProxyNode | null;
-    if (!node) throw invalidInput(texts('errors.no-proxy'));
-    transport.proxy = proxyFromNode({ ...node, ...node.credentials });
-  } else {
-    const options = (RED.settings as unknown as { proxyOptions?: EnvironmentProxyOptions }).proxyOptions;
-    transport.proxy = proxyFromEnvironment(process.env, options);
-  }
-  if (!transport.proxy) delete transport.proxy;
-  return transport.tls || transport.proxy ? transport : undefined;
-}
+import type { GraphGenConfigNode as ConfigNode, GraphGenCredentials } from './graph-gen-config-node';
+import {
+  ACCESS_FIELDS,
+  CREDENTIAL_KINDS,
+  authOf,
+  dialectOf,
+  limitsOf,
+  transportOf,
+  type AccessSettings,
+  type GraphGenConfigDef,
+} from './graph-gen-config-settings';
 
 function graphGenConfig(RED: NodeAPI): void {
   const texts = catalogTexts(RED, 'graph-gen-config');
@@ -411,14 +281,10 @@ function registerDialogEndpoints(RED: NodeAPI, texts: Texts): void {
   });
 }
 
-// The node's type lives beside the function Node-RED loads, so other node files can import it.
+// The node's type, beside the function Node-RED loads, so other node files can import it from either.
 // eslint-disable-next-line @typescript-eslint/no-namespace
 namespace graphGenConfig {
-  export type GraphGenConfigNode = Node<GraphGenCredentials> & {
-    /** Undefined when the settings make no connection (then `settingsError` says why). */
-    connection?: GenerationConnection;
-    settingsError?: string;
-  };
+  export type GraphGenConfigNode = ConfigNode;
 }
 
 export = graphGenConfig;

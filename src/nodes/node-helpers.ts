@@ -8,7 +8,7 @@ import type { Node, NodeAPI, NodeMessage, NodeMessageInFlow, NodeStatus } from '
 import { ServiceError, invalidInput } from '../http/errors';
 import type { GenerationConnection } from '../generation/connection';
 import type { ConnectionState } from '../generation/jobs/socket-manager';
-import type { GraphGenConfigNode } from './graph-gen-config';
+import type { GraphGenConfigNode } from './graph-gen-config-node';
 import { errorText, textOf } from '../boundary/outside';
 import { migrateConfig } from './config-versions';
 

@@ -2,18 +2,20 @@
  * The v2 mode's assets, as the proxy keeps them (comfy-api-proxy app.py and assets.py, measured in
  * peers/comfy-v2/README.md): uploads (`POST /api/v2/assets`, multipart, BLAKE3-deduplicated, stored as the
  * engine's input files), the hash index (`HEAD .../by-hash/{hash}`, `POST .../from-hash`), asset records and
- * their content with byte ranges, deletes, and the stateless signed ids of a job's outputs. Also resolves the
- * `core/ASSET` references of a submitted workflow to the file names the engine knows. Past 400 lines: every
- * asset route of the proxy with its checks in the proxy's order, and the path, range and id rules they share.
+ * their content with byte ranges, deletes, and the files a job's output ids name (v2-output-ids.ts). Also
+ * resolves the `core/ASSET` references of a submitted workflow to the file names the engine knows. Past 400
+ * lines: every asset route of the proxy with its checks in the proxy's order, and the path, range and id rules
+ * they share.
  */
-import { createHash, createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { createBLAKE3, type IHasher } from 'hash-wasm';
-import { readJsonText, setOwn, textOf } from '../boundary/outside';
+import { readJsonText, setOwn } from '../boundary/outside';
 import { isRecord } from '../boundary/json-values';
 import { fileKey, type FileRef, type StoredFile } from './generation-jobs';
 import { readMultipart, type PartSink } from './multipart';
 import type { V2Upstream } from './v2-jobs';
+import { OutputIds } from './v2-output-ids';
 import {
   MICROS_PER_DAY,
   guessContentType,
@@ -27,6 +29,8 @@ import {
   sendServerError,
   type V2Request,
 } from './v2-wire';
+
+export { OutputIds } from './v2-output-ids';
 
 /** One uploaded asset: the v2 record and where the engine keeps its bytes. */
 export interface V2AssetRecord {
@@ -73,46 +77,8 @@ const MODEL_ROOTS = [
 ];
 const ALLOWED_ROOTS = [...MODEL_ROOTS, 'input'].sort();
 
-/** The same bytes as the engine's generated stand-in files (generation-service.ts): a 1 MiB pattern, repeated. */
+/** The same bytes as the engine's generated stand-in files (stored-files.ts): a 1 MiB pattern, repeated. */
 const GENERATED_CHUNK = Buffer.alloc(1 << 20, 'graph-gen sandbox file ');
-
-/**
- * Output ids as the proxy mints them: base64url of Python's JSON `{"j", "f", "s", "t"}`, a dot, base64url of
- * its HMAC-SHA256 under a secret of this sandbox. Stateless: an output stays downloadable by its id after the
- * engine forgot its job, while the file is there.
- */
-export class OutputIds {
-  private readonly secret = randomBytes(32);
-
-  mint(jobId: string, ref: FileRef): string {
-    const payload = Buffer.from(
-      pyJson({ j: jobId, f: ref.filename, s: ref.subfolder, t: ref.type }),
-      'utf8',
-    ).toString('base64url');
-    return `${payload}.${this.tag(payload).toString('base64url')}`;
-  }
-
-  /** The file an id names, or undefined for anything this sandbox did not mint. */
-  read(id: string): (FileRef & { jobId?: string }) | undefined {
-    const dot = id.indexOf('.');
-    if (dot < 0) return undefined;
-    const payload = id.slice(0, dot);
-    const given = Buffer.from(id.slice(dot + 1), 'base64url');
-    const expected = this.tag(payload);
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
-    const read = readJsonText(Buffer.from(payload, 'base64url').toString('utf8'));
-    if (!read.ok || !isRecord(read.value)) return undefined;
-    const filename = textOf(read.value.f);
-    const subfolder = textOf(read.value.s);
-    const type = textOf(read.value.t);
-    if (filename === undefined || subfolder === undefined || type === undefined) return undefined;
-    return { filename, subfolder, type, jobId: textOf(read.value.j) };
-  }
-
-  private tag(payload: string): Buffer {
-    return createHmac('sha256', this.secret).update(payload).digest();
-  }
-}
 
 type PathCheck = { ok: true; model: boolean; norm: string } | { ok: false; message: string };
 

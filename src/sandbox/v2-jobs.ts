@@ -7,7 +7,7 @@
  */
 import type { GenerationJobs, SandboxJob } from './generation-jobs';
 import type { UploadRecord } from './generation-service';
-import type { OutputIds } from './v2-assets';
+import type { OutputIds } from './v2-output-ids';
 import { MICROS_PER_DAY, PyFloat, guessContentType, nowMicros, pyIso } from './v2-wire';
 
 /** The engine underneath, as the v2 mode reaches it (in process: the proxy's ComfyUI). */

@@ -16,7 +16,7 @@ import { ownValue, readJsonText } from '../../boundary/outside';
 import { isRecord } from '../../boundary/json-values';
 import { parseBinaryFrame } from './frames';
 import { jobIdOf } from './job-ids';
-import type { SocketEvent, SocketStats } from './socket-manager';
+import type { SocketEvent, SocketStats } from './socket-events';
 
 /** The event a job is given for a frame of it that could not be read: it lost an event. */
 export const UNREADABLE_EVENT = 'unreadable_frame';

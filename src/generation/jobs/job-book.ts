@@ -1,8 +1,9 @@
 /**
  * The jobs a config node awaits, each with its life (job-life.ts), and when to ask the server about them. The
- * book owns the timers and the requests; a life decides what an event or an answer means. One book per
- * connection, shared by every await-job node of the config node, so a job awaited twice has one life, one
- * subscription and one check, and an await that comes after the job ended gets its result at once.
+ * book owns the timers and the requests (the timers that find quiet, silent and swept jobs are its check timers,
+ * check-timers.ts); a life decides what an event or an answer means. One book per connection, shared by every
+ * await-job node of the config node, so a job awaited twice has one life, one subscription and one check, and an
+ * await that comes after the job ended gets its result at once.
  *
  * When the server is asked (every check of the same moment shares one queue read, so thousands of waiting
  * jobs cost one request):
@@ -10,17 +11,19 @@
  *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
  *   every reconnect, for every job (events may have been missed);
  * - when the queue changes (a `status` event): jobs still waiting with no event, a few at a time (a job
- *   deleted from the queue sends no event);
- * - a job with no event for `quietCheckMs`: its events may never come (another client's job);
+ *   deleted from the queue sends no event; the sweep, check-timers.ts);
+ * - a job with no event for `quietCheckMs`: its events may never come (another client's job; the quiet check);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
  *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
  *   that dropped the socket from its table, Comfy-Org/ComfyUI#16010; after a restart that may happen before a
- *   resumed job's first event): if the job moved on meanwhile, the socket is opened again;
+ *   resumed job's first event): if the job moved on meanwhile, the socket is opened again (the silence watch);
  * - every job, when the whole socket has said nothing for `socketSilentMs` while it is open (a server sends a
- *   `status` as soon as a socket opens: one that never says a word may not be sending this client anything);
+ *   `status` as soon as a socket opens: one that never says a word may not be sending this client anything;
+ *   the silence watch);
  * - while the socket is down: every job, at a growing interval;
  * - whenever a life asks (an answer to confirm, one that could not be read, a run that is over).
- * Past 400 lines: every reason to ask the server lives here, so "when is a job checked" has one answer.
+ * Past 400 lines: every reason to ask the server is asked here (the check timers only find the jobs), so "when
+ * is a job checked" has one answer.
  * No Node-RED inside.
  */
 import { setMaxListeners } from 'node:events';
@@ -31,38 +34,11 @@ import { phaseInQueue, type LookupAnswer, type QueueRead } from './job-lookup';
 import { Limiter } from './limiter';
 import { RecentMap } from './recent-map';
 import type { ConnectionState } from './socket-manager';
-import type { JobEventSource, JobLookupPort } from '../dialects/dialect';
+import type { JobEventSource, JobLookupPort } from './job-ports';
+import type { JobAwait, JobTimings, Watch } from './job-watch';
+import { CheckTimers } from './check-timers';
 
-export interface JobTimings {
-  /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
-  pollInitialMs: number;
-  pollMaxMs: number;
-  /** A job that has had no event this long while the socket is up gets its status checked. */
-  quietCheckMs: number;
-  /** The check after a job is awaited waits this long (one round for the jobs awaited in the same moment). */
-  firstCheckMs: number;
-  /** A job no route knows (or whose checks are refused) ends once two answers this far apart agree. */
-  lostConfirmMs: number;
-  /** A job the service has never known is not counted lost before this long after it was awaited. */
-  unknownGraceMs: number;
-  /** A queue read answers for every check made this long after it. */
-  queueFreshMs: number;
-  /** The longest wait before asking again after an answer that could not be read. */
-  unreadableMaxMs: number;
-  /** A silent socket gets a running job checked after 4x the job's widest gap between events, in these bounds. */
-  silentMinMs: number;
-  silentMaxMs: number;
-  /** Every job is checked when the whole socket has been silent this long while open (and again as often). */
-  socketSilentMs: number;
-}
-
-/** One await of a job (job-tracker.ts makes them): what it is told. */
-export interface JobAwait {
-  readonly wantsProgress: boolean;
-  onChange(life: JobLife, previous: LifeState): void;
-  onProgress(progress: JobProgress): void;
-  onEnd(result: JobResult): void;
-}
+export type { JobAwait, JobTimings } from './job-watch';
 
 /** What the book needs of a config node's connection. */
 export interface BookConnection {
@@ -74,39 +50,8 @@ export interface BookConnection {
   log?(level: 'debug' | 'warn', message: string): void;
 }
 
-/** What the book keeps of a job: its life (subscribed to the socket itself), its awaits and timers. */
-interface Watch {
-  readonly life: JobLife;
-  awaits: JobAwait[];
-  checking: boolean;
-  /** A check under way may predate something that changes its answer: check again after it. */
-  recheck: boolean;
-  /** The next check asks about this job alone: the events source saw it move on since the shared read. */
-  askAlone: boolean;
-  checkTimer?: NodeJS.Timeout;
-  checkAt: number;
-  readTimer?: NodeJS.Timeout;
-  pollDelay: number;
-  /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
-  quietEvents: number;
-  quietTicks: number;
-  /** For the silence watch: events seen, when the last came, the widest gap, the last check for silence. */
-  seenEvents: number;
-  lastEventAt: number;
-  widestGap: number;
-  silenceCheckedAt: number;
-  /** Doubles each time a silence check finds the job still running (a long node), back to 1 on an event. */
-  silenceBackoff: number;
-  /** Aborts the job's own requests (its status checks, its result reads) when its last await leaves. */
-  requests?: AbortController;
-}
-
-const SWEEP_SETTLE_MS = 300;
-const SWEEP_INTERVAL_MS = 2_000;
-const SWEEP_JOBS = 25;
 /** Status checks in flight at once (after a reconnect every job is checked). */
 const CHECKS_AT_ONCE = 25;
-const SILENCE_TICK_MS = 1_000;
 /** Recent run times (for wait estimates) are read again after this long. */
 const RUN_TIME_FRESH_MS = 60_000;
 /**
@@ -145,14 +90,8 @@ export class JobBook implements LifeHost {
   private queueRead?: { at: number; read: Promise<QueueRead> };
   /** The server's recent run time of a job, for wait estimates: read at most once a minute, when wanted. */
   private runTime?: { at: number; ms: Promise<number | undefined> };
-  private sweepTimer?: NodeJS.Timeout;
-  private lastSweep = 0;
-  private quietTimer?: NodeJS.Timeout;
-  private silenceTimer?: NodeJS.Timeout;
-  private lastFrames = -1;
-  private lastFrameAt = 0;
-  /** When every job was last checked because the whole socket was silent. */
-  private socketSilenceCheckedAt = 0;
+  /** The sweep after a queue change, the quiet checks and the silence watch (check-timers.ts). */
+  private readonly timers: CheckTimers;
   private changeCount = 0;
   private readonly checks = new Limiter(CHECKS_AT_ONCE);
   /**
@@ -169,6 +108,21 @@ export class JobBook implements LifeHost {
     timings: Partial<JobTimings> = {},
   ) {
     this.timings = { ...JobBook.defaultTimings, ...timings };
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- read by the timers' getter
+    const book = this;
+    this.timers = new CheckTimers({
+      timings: this.timings,
+      get closed() {
+        return book.closed;
+      },
+      watches: this.watches,
+      waiting: this.waiting,
+      running: this.running,
+      watchOf: (life) => this.watchOf(life),
+      checkMany: (lives) => this.checkMany(lives),
+      sockets: () => this.connection.sockets(),
+      log: (level, message) => this.log(level, message),
+    });
   }
 
   /** Jobs awaited now. */
@@ -224,8 +178,8 @@ export class JobBook implements LifeHost {
     if (life.isOver) return;
     if (life.firstEventEpoch === undefined) this.waiting.add(life);
     job.onChange(life, life.state);
-    this.armQuietChecks();
-    this.armSilenceWatch();
+    this.timers.armQuietChecks();
+    this.timers.armSilenceWatch();
     // A job submitted here on the socket that is still open has every event here or to come: asking the server
     // would only read the list of every job again (a read per round while thousands are submitted). Unless an
     // await wants its progress: its place in the queue (a `queue` progress msg) comes from that read.
@@ -270,10 +224,7 @@ export class JobBook implements LifeHost {
     this.closed = true;
     this.aborter.abort();
     clearTimeout(this.firstCheckTimer);
-    clearTimeout(this.sweepTimer);
-    clearInterval(this.quietTimer);
-    clearInterval(this.silenceTimer);
-    this.quietTimer = this.silenceTimer = undefined;
+    this.timers.stop();
     for (const watch of [...this.watches.values()]) this.release(watch.life, false);
     this.stopListening?.();
     this.deregister?.();
@@ -320,7 +271,7 @@ export class JobBook implements LifeHost {
       if (life.state === 'running') {
         if (!this.running.has(life)) {
           this.running.add(life);
-          this.armSilenceWatch();
+          this.timers.armSilenceWatch();
         }
       } else this.running.delete(life);
     }
@@ -365,7 +316,7 @@ export class JobBook implements LifeHost {
       onQueueStatus: () => {
         // The queue changed: the next check reads it anew.
         this.queueRead = undefined;
-        this.scheduleSweep();
+        this.timers.scheduleSweep();
       },
       onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
     });
@@ -513,141 +464,6 @@ export class JobBook implements LifeHost {
     void this.checkMany(due);
   }
 
-  /**
-   * The queue changed: a job still waiting in it may have been deleted, which sends no event. Checks the
-   * waiting jobs checked longest ago, a few at a time and at most every 2 s: constant work per `status` event.
-   */
-  private scheduleSweep(): void {
-    if (this.sweepTimer || this.closed || this.waiting.size === 0) return;
-    const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + SWEEP_INTERVAL_MS - Date.now());
-    this.sweepTimer = setTimeout(() => {
-      this.sweepTimer = undefined;
-      this.lastSweep = Date.now();
-      const oldest: JobLife[] = [];
-      for (const life of this.waiting) {
-        if (oldest.length >= SWEEP_JOBS) break;
-        oldest.push(life);
-      }
-      for (const life of oldest) {
-        // To the back of the line: the next sweep takes the next ones.
-        this.waiting.delete(life);
-        this.waiting.add(life);
-      }
-      void this.checkMany(oldest);
-    }, wait);
-  }
-
-  /** Jobs silent for a long while with the socket up: one timer for all, so their checks share a queue read. */
-  private armQuietChecks(): void {
-    if (this.quietTimer || this.closed) return;
-    const interval = Math.max(50, this.timings.quietCheckMs / 4);
-    // Silent for at least quietCheckMs: the tick of its last event may have been nearly over.
-    const ticksQuiet = Math.ceil(this.timings.quietCheckMs / interval) + 1;
-    this.quietTimer = setInterval(() => {
-      if (this.watches.size === 0) {
-        clearInterval(this.quietTimer);
-        this.quietTimer = undefined;
-        return;
-      }
-      const quiet: JobLife[] = [];
-      for (const watch of this.watches.values()) {
-        const { life } = watch;
-        if (life.events !== watch.quietEvents) {
-          watch.quietEvents = life.events;
-          watch.quietTicks = 0;
-        } else if (++watch.quietTicks >= ticksQuiet) {
-          watch.quietTicks = 0;
-          quiet.push(life);
-        }
-      }
-      void this.checkMany(quiet);
-    }, interval);
-  }
-
-  /**
-   * Once a second while jobs are awaited: every job when the whole socket has been silent for socketSilentMs
-   * (one queue read answers for the ones it lists). And while jobs run: a running job whose events have
-   * stopped while the whole socket is silent
-   * for 4x the widest gap between its events so far (within silentMinMs..silentMaxMs; silentMaxMs for a job
-   * known to run from a check but with no event yet) is checked. If it moved
-   * on without a frame arriving meanwhile, the server no longer sends to this socket: it is opened again. A job
-   * still running (a long node) doubles its wait, up to the quiet period.
-   */
-  private armSilenceWatch(): void {
-    if (this.silenceTimer || this.closed) return;
-    this.lastFrameAt = Date.now();
-    this.silenceTimer = setInterval(() => this.silenceTick(), SILENCE_TICK_MS);
-    this.silenceTimer.unref();
-  }
-
-  private silenceTick(): void {
-    if (this.watches.size === 0) {
-      clearInterval(this.silenceTimer);
-      this.silenceTimer = undefined;
-      return;
-    }
-    const now = Date.now();
-    const sockets = this.connection.sockets();
-    const frames = sockets.stats.framesReceived;
-    if (frames !== this.lastFrames || !sockets.isOpen) {
-      this.lastFrames = frames;
-      this.lastFrameAt = now;
-    }
-    const suspects: JobLife[] = [];
-    for (const life of this.running) {
-      const watch = this.watchOf(life);
-      if (!watch) continue;
-      if (life.events !== watch.seenEvents) {
-        if (watch.seenEvents > 0) watch.widestGap = Math.max(watch.widestGap, now - watch.lastEventAt);
-        watch.seenEvents = life.events;
-        watch.lastEventAt = now;
-        watch.silenceBackoff = 1;
-      }
-      const { silentMinMs, silentMaxMs, quietCheckMs } = this.timings;
-      // Known to run from a check with no event seen (a resumed await, another client's job), silent since it
-      // was attached: no gap to go by, so the longest usual wait.
-      const usual =
-        watch.seenEvents > 0
-          ? Math.min(silentMaxMs, Math.max(silentMinMs, 4 * watch.widestGap))
-          : silentMaxMs;
-      const limit = Math.min(quietCheckMs, usual * watch.silenceBackoff);
-      if (
-        now - this.lastFrameAt >= limit &&
-        now - watch.lastEventAt >= limit &&
-        now - watch.silenceCheckedAt >= limit
-      ) {
-        watch.silenceCheckedAt = now;
-        suspects.push(life);
-      }
-    }
-    if (suspects.length > 0) void this.silenceCheck(suspects, frames);
-    const { socketSilentMs } = this.timings;
-    if (
-      sockets.isOpen &&
-      now - this.lastFrameAt >= socketSilentMs &&
-      now - this.socketSilenceCheckedAt >= socketSilentMs
-    ) {
-      this.socketSilenceCheckedAt = now;
-      void this.checkMany([...this.watches.values()].map((watch) => watch.life));
-    }
-  }
-
-  private async silenceCheck(lives: JobLife[], frames: number): Promise<void> {
-    const before = lives.map((life) => life.state);
-    await this.checkMany(lives);
-    const sockets = this.connection.sockets();
-    let movedOn = false;
-    lives.forEach((life, index) => {
-      if (life.state !== before[index]) movedOn = true;
-      const watch = this.watchOf(life);
-      if (watch) watch.silenceBackoff *= 2;
-    });
-    if (movedOn && sockets.isOpen && sockets.stats.framesReceived === frames) {
-      this.log('warn', 'graph-gen: a job moved on while the socket stayed silent; opening the socket again');
-      sockets.reopen();
-    }
-  }
-
   /** Frees a life: its timers, its subscription (`ended`: its later events are dropped), its place in sets. */
   private release(life: JobLife, ended: boolean): void {
     const watch = this.watchOf(life);
@@ -661,8 +477,7 @@ export class JobBook implements LifeHost {
     this.firstChecks.delete(life);
     this.connection.sockets().unsubscribe(life.promptId, life, { ended });
     if (this.watches.size === 0) {
-      clearInterval(this.quietTimer);
-      this.quietTimer = undefined;
+      this.timers.stopQuietChecks();
       this.aborter.abort();
       if (!this.closed) this.aborter = sharedAborter();
       this.queueRead = this.runTime = undefined;

@@ -7,7 +7,7 @@
 import type { JobAwait, JobBook } from './job-book';
 import type { JobLife, JobProgress, JobResult, LifeState } from './job-life';
 import type { ConnectionState, SocketUser } from './socket-manager';
-import type { JobEventSource } from '../dialects/dialect';
+import type { JobEventSource } from './job-ports';
 import { errorText } from '../../boundary/outside';
 
 export type { JobEndStatus, JobProgress, JobResult } from './job-life';

@@ -8,7 +8,7 @@
  * never whole from what is left. No Node-RED inside.
  */
 import { RecentMap } from './recent-map';
-import type { BufferLimits, SocketEvent, SocketStats } from './socket-manager';
+import type { BufferLimits, SocketEvent, SocketStats } from './socket-events';
 
 interface KeptJob {
   firstAt: number;

@@ -12,7 +12,7 @@
  * inside.
  */
 import type { HttpClient } from '../../http/client';
-import type { JobLookupPort } from '../dialects/dialect';
+import type { JobLookupPort } from './job-ports';
 import { jobLostError, type JobResult } from './job-life';
 import { unreadableOf, type LookupAnswer, type QueueRead, type Unreadable } from './job-lookup';
 import { readJobsPage, readQueueOwners, type ListedJob, type QueueOwners } from './job-list';

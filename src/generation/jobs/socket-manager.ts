@@ -1,20 +1,41 @@
 /**
  * The one WebSocket of a config node, shared by every node that uses it. It owns the socket, its heartbeat
  * and its reconnects; nodes register as users (queue status, notifications, connection state) and subscribe
- * per prompt_id. It carries frames (frame-reader.ts reads them) to the subscribers of their prompt_id; events of
- * a prompt_id nobody awaits yet are kept (kept-events.ts) and replayed in order to every subscriber, so
- * `submit -> delay -> await` loses nothing and two awaits of one job see the same events. It knows nothing of a
- * job's state (job-life.ts does). Past 400 lines: the connection's whole lifecycle (open, heartbeat, backoff,
- * reopen, idle close, close) is one state kept in one place, with the users and subscriptions it serves.
+ * per prompt_id. It carries frames (frame-reader.ts reads them) to the subscribers of their prompt_id
+ * (socket-subscriptions.ts); events of a prompt_id nobody awaits yet are kept (kept-events.ts) and replayed in
+ * order to every subscriber, so `submit -> delay -> await` loses nothing and two awaits of one job see the same
+ * events. It knows nothing of a job's state (job-life.ts does). Past 400 lines: the connection's whole lifecycle
+ * (open, heartbeat, backoff, reopen, idle close, close) is one state kept in one place, with the users it serves.
  * No Node-RED inside.
  */
 import WebSocket from 'ws';
 import { cleanForReport } from '../../http/errors';
 import { transportFailure } from '../../http/transport';
 import { errorText } from '../../boundary/outside';
-import { DEFAULT_MAX_FRAME_BYTES, type BinaryFrame } from './frames';
+import { DEFAULT_MAX_FRAME_BYTES } from './frames';
 import { FrameReader } from './frame-reader';
-import { KeptEvents } from './kept-events';
+import { FramePacer } from './frame-pacing';
+import { SocketSubscriptions } from './socket-subscriptions';
+import type {
+  BufferLimits,
+  ConnectionState,
+  EveryJobListener,
+  JobListener,
+  LogLevel,
+  SocketStats,
+  SocketUser,
+} from './socket-events';
+
+export type {
+  BufferLimits,
+  ConnectionState,
+  EveryJobListener,
+  JobListener,
+  LogLevel,
+  SocketEvent,
+  SocketStats,
+  SocketUser,
+} from './socket-events';
 
 export interface SocketManagerOptions {
   /** The service's base address (http/https); the socket goes to the same host with ws/wss at /ws. */
@@ -52,88 +73,6 @@ export interface SocketTimings {
   handshakeTimeoutMs: number;
 }
 
-export interface BufferLimits {
-  /** Events kept per prompt_id nobody awaits yet. */
-  eventsPerJob: number;
-  /** prompt_ids kept at most (oldest dropped first). */
-  jobs: number;
-  /** A kept prompt_id is dropped this long after its first event. */
-  maxAgeMs: number;
-  /** Binary frames larger than this are dropped. */
-  maxFrameBytes: number;
-  /**
-   * Bytes of the events (text and binary frames) kept for all such jobs together; the oldest jobs make room,
-   * and an event that still does not fit is dropped (a cloud socket gets every job of the key, awaited or
-   * not).
-   */
-  keptBytes: number;
-}
-
-export type LogLevel = 'debug' | 'warn';
-
-export type ConnectionState = 'idle' | 'connecting' | 'open' | 'down' | 'unauthorized' | 'closed';
-
-/** A job event: a JSON frame's `{type, data}`, or a binary frame as `preview` / `text`. */
-export interface SocketEvent {
-  type: string;
-  data: Record<string, unknown>;
-  /** The parsed binary frame of a `preview` or `text` event. */
-  frame?: BinaryFrame;
-  /** Which connection (counted from 1) delivered it: a change between two events of a job means a gap. */
-  epoch: number;
-  /** The frame's size on the wire, for the bound on what is kept. */
-  bytes?: number;
-}
-
-/**
- * Hears one job's events. An object, not a function: the book subscribes a job's life itself, so 10,000 jobs in
- * flight hold no closure each.
- */
-export interface JobListener {
-  onEvent(event: SocketEvent): void;
-  /** It needs progress-only events (previews, text, progress_state). Read on subscribe and on unsubscribe. */
-  readonly progress?: boolean;
-}
-
-/** Hears every job's events, whichever job (the job-events node's tap). */
-export type EveryJobListener = (promptId: string, event: SocketEvent) => void;
-
-export interface SocketUser {
-  /** A `status` event: the queue count when the service gave one. */
-  onQueueStatus?(queueRemaining: number | undefined, data: Record<string, unknown>): void;
-  /** A `notification` event's text. */
-  onNotification?(text: string, data: Record<string, unknown>): void;
-  /** Open, down, unauthorized...; `reconnected` is true when an open follows an earlier connection. */
-  onConnectionState?(state: ConnectionState, reconnected: boolean): void;
-  onLog?(level: LogLevel, message: string): void;
-  /**
-   * Jobs this user awaits may want progress-only events (previews, text, progress_state), also the ones kept
-   * from before their await. While no user nor listener wants them, such frames are skipped unread.
-   */
-  progress?: boolean;
-}
-
-export interface SocketStats {
-  socketsOpened: number;
-  framesReceived: number;
-  framesDropped: number;
-  unknownBinaryFrames: number;
-  eventsBuffered: number;
-  bufferedEventsDropped: number;
-  /** Previews and texts without a prompt_id while no single job was executing: dropped. */
-  unattributedFrames: number;
-  /** Progress-only frames skipped unread because no await wanted progress. */
-  progressFramesSkipped: number;
-}
-
-/**
- * Frames read in one turn of the event loop before the socket pauses until the next turn. A server that
- * sends faster than we read would otherwise keep the loop in its I/O phase (Node reads a busy socket up to
- * 32 times per turn): the msgs our nodes send (Node-RED delivers them in the next check phase), other
- * flows, timers and HTTP would wait behind thousands of frames.
- */
-const FRAMES_PER_TURN = 400;
-
 export class SocketManager {
   static defaultTimings: SocketTimings = {
     backoffBaseMs: 500,
@@ -166,16 +105,12 @@ export class SocketManager {
   private readonly timings: SocketTimings;
   private readonly limits: BufferLimits;
   private readonly users = new Set<SocketUser>();
-  /** By prompt_id. An array, not a Set: nearly always one listener (the book's), and 10,000 jobs make 10,000. */
-  private readonly listeners = new Map<string, JobListener[]>();
-  /** Listeners to every job's events; none: dispatch pays one size check. */
-  private readonly everyJob = new Set<EveryJobListener>();
+  /** Who hears which job's events, and the events kept for jobs nobody awaits yet. */
+  private readonly subscriptions: SocketSubscriptions;
   /** Users and listeners that want progress-only events; none: such frames are skipped unread. */
   private progressWanted = 0;
-  /** Frames read in this turn of the event loop (see FRAMES_PER_TURN). */
-  private framesThisTurn = 0;
-  /** Events of jobs nobody awaits yet, for the await that comes. */
-  private readonly kept: KeptEvents;
+  /** Reads a busy socket a turn of the event loop at a time (frame-pacing.ts). */
+  private readonly pacer = new FramePacer();
   private readonly frames: FrameReader;
   private readonly waiters = new Set<{ deadline: number; finish: (open: boolean) => void }>();
   private ws?: WebSocket;
@@ -202,7 +137,9 @@ export class SocketManager {
   constructor(readonly options: SocketManagerOptions) {
     this.timings = { ...SocketManager.defaultTimings, ...options.timings };
     this.limits = { ...SocketManager.defaultLimits, ...options.limits };
-    this.kept = new KeptEvents(this.limits, this.stats);
+    this.subscriptions = new SocketSubscriptions(this.limits, this.stats, (level, message) =>
+      this.log(level, message),
+    );
     this.secrets = [options.apiKey, options.token, ...(options.secrets ?? [])].filter(
       (secret): secret is string => typeof secret === 'string' && secret.length > 0,
     );
@@ -215,7 +152,7 @@ export class SocketManager {
       get epoch() {
         return manager.epochCount;
       },
-      job: (promptId, event) => this.dispatch(promptId, event),
+      job: (promptId, event) => this.subscriptions.dispatch(promptId, event),
       status: (queue, data) => {
         for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data));
       },
@@ -290,16 +227,11 @@ export class SocketManager {
    * wants progress-only events (`progress`), those frames are not read, nor kept for jobs not awaited yet.
    */
   subscribe(promptId: string, listener: JobListener): void {
-    const present = this.listeners.get(promptId);
-    if (present) present.push(listener);
-    else this.listeners.set(promptId, [listener]);
+    this.subscriptions.add(promptId, listener);
     if (listener.progress) this.progressWanted += 1;
-    this.kept.awaited(promptId);
     this.cancelGrace();
     this.ensureOpen();
-    // The kept events stay (and grow with live ones) while the job is awaited, so a second await of the
-    // same job is replayed the same events; they go when its last await leaves.
-    for (const event of this.kept.eventsOf(promptId)) this.deliver(listener, event);
+    this.subscriptions.replay(promptId, listener);
   }
 
   /**
@@ -307,15 +239,8 @@ export class SocketManager {
    * `{ ended: true }` also drops the job's later events instead of keeping them for a later await.
    */
   unsubscribe(promptId: string, listener: JobListener, { ended = false }: { ended?: boolean } = {}): void {
-    const listeners = this.listeners.get(promptId);
-    const index = listeners ? listeners.indexOf(listener) : -1;
-    if (!listeners || index < 0) return;
-    listeners.splice(index, 1);
+    if (!this.subscriptions.remove(promptId, listener, ended)) return;
     if (listener.progress) this.progressWanted -= 1;
-    if (listeners.length === 0) {
-      this.listeners.delete(promptId);
-      this.kept.release(promptId, ended);
-    }
     this.closeWhenUnused();
   }
 
@@ -324,8 +249,7 @@ export class SocketManager {
    * opens the socket nor keeps it open: register a user for that. The returned function stops it.
    */
   watchAll(listener: EveryJobListener): () => void {
-    this.everyJob.add(listener);
-    return () => this.everyJob.delete(listener);
+    return this.subscriptions.watchAll(listener);
   }
 
   /** Closes for good (the config node is going); waits until the socket is fully closed. */
@@ -334,9 +258,7 @@ export class SocketManager {
     this.clearTimers();
     this.cancelGrace();
     for (const waiter of [...this.waiters]) waiter.finish(false);
-    this.kept.clear();
-    this.listeners.clear();
-    this.everyJob.clear();
+    this.subscriptions.clear();
     await this.closeSocket();
     this.setState('closed');
     this.users.clear();
@@ -387,7 +309,7 @@ export class SocketManager {
     this.closedSocket = new Promise<void>((resolve) => (closedResolve = resolve));
     ws.on('open', () => this.onOpen(ws));
     ws.on('message', (data, isBinary) => {
-      this.pace(ws);
+      this.pacer.pace(ws);
       // A frame's handling must never throw into ws (an uncaught error there takes Node-RED down).
       try {
         this.frames.read(data, isBinary);
@@ -497,14 +419,14 @@ export class SocketManager {
   }
 
   private shouldStayOpen(): boolean {
-    return this.users.size > 0 || this.listeners.size > 0 || this.waiters.size > 0;
+    return this.users.size > 0 || this.subscriptions.size > 0 || this.waiters.size > 0;
   }
 
   private closeWhenUnused(): void {
-    if (this.closed || this.users.size > 0 || this.listeners.size > 0 || this.graceTimer) return;
+    if (this.closed || this.users.size > 0 || this.subscriptions.size > 0 || this.graceTimer) return;
     this.graceTimer = setTimeout(() => {
       this.graceTimer = undefined;
-      if (this.users.size > 0 || this.listeners.size > 0 || this.closed) return;
+      if (this.users.size > 0 || this.subscriptions.size > 0 || this.closed) return;
       clearTimeout(this.reconnectTimer);
       this.reconnectTimer = undefined;
       this.setState('idle');
@@ -548,20 +470,9 @@ export class SocketManager {
     for (const user of [...this.users]) this.safely(() => user.onConnectionState?.(state, reconnected));
   }
 
-  /** Counts the turn's frames; past FRAMES_PER_TURN, pauses reading until the msgs queued so far are delivered. */
-  private pace(ws: WebSocket): void {
-    this.framesThisTurn += 1;
-    if (this.framesThisTurn === 1) setImmediate(() => (this.framesThisTurn = 0));
-    else if (this.framesThisTurn === FRAMES_PER_TURN) {
-      ws.pause();
-      // Queued after what this turn's frames sent, so those go first.
-      setImmediate(() => ws.resume());
-    }
-  }
-
   /** Whether other awaits already listen to this job (a new one has missed their earlier events). */
   isListened(promptId: string): boolean {
-    return this.listeners.has(promptId);
+    return this.subscriptions.isListened(promptId);
   }
 
   /**
@@ -569,12 +480,12 @@ export class SocketManager {
    * that connection, and no event of it was lost while nobody awaited it (kept-events.ts).
    */
   heardAllSince(promptId: string, epoch: number): boolean {
-    return this.currentState === 'open' && this.epochCount === epoch && !this.kept.lostEvents(promptId);
+    return this.currentState === 'open' && this.epochCount === epoch && !this.subscriptions.lostEvents(promptId);
   }
 
   /** Whether events of this job are kept (a new await is replayed them all). */
   isKept(promptId: string): boolean {
-    return this.kept.has(promptId);
+    return this.subscriptions.isKept(promptId);
   }
 
   private drop(reason: string): void {
@@ -582,37 +493,14 @@ export class SocketManager {
     this.log('debug', `graph-gen socket: dropped a frame: ${reason}`);
   }
 
-  private dispatch(promptId: string, event: SocketEvent): void {
-    if (this.everyJob.size > 0)
-      for (const listener of [...this.everyJob]) this.safely(() => listener(promptId, event));
-    const listeners = this.listeners.get(promptId);
-    if (listeners) {
-      // One listener is the common case: no copy per event.
-      if (listeners.length === 1) this.deliver(listeners[0], event);
-      else for (const listener of [...listeners]) this.deliver(listener, event);
-      // A job awaited after its events were kept keeps them all, for a further await of it.
-      this.kept.offer(promptId, event, true);
-      return;
-    }
-    this.kept.offer(promptId, event, false);
-  }
-
   /** Bytes of the events kept for later awaits. */
   get keptBytes(): number {
-    return this.kept.bytes;
+    return this.subscriptions.keptBytes;
   }
 
   /** Number of prompt_ids whose events are kept for a later await. */
   get keptJobs(): number {
-    return this.kept.count;
-  }
-
-  private deliver(listener: JobListener, event: SocketEvent): void {
-    try {
-      listener.onEvent(event);
-    } catch (error) {
-      this.log('warn', `graph-gen socket: a listener failed: ${errorText(error)}`);
-    }
+    return this.subscriptions.keptJobs;
   }
 
   private safely(call: () => void): void {

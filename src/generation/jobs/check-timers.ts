@@ -1,0 +1,199 @@
+/**
+ * The job book's timers (job-book.ts) that find jobs to check without an answer asking for it: the sweep of
+ * waiting jobs after the queue changed (a job deleted from the queue sends no event), the quiet check of jobs
+ * with no event for long, and the silence watch (a socket the server no longer sends to, Comfy-Org/ComfyUI#16010;
+ * a whole socket that says nothing). Each is one timer for all jobs, so their checks share one queue read (the
+ * book's checkMany). Apart from the book because they only read its jobs and ask it to check some; what a check
+ * asks and what an answer means stay the book's and the lives'. No Node-RED inside.
+ */
+import type { JobLife } from './job-life';
+import type { JobEventSource } from './job-ports';
+import type { JobTimings, Watch } from './job-watch';
+
+/** What the timers read of the book, and what they ask of it. */
+export interface TimedBook {
+  readonly timings: JobTimings;
+  /** Closed for good: no timer is armed again. */
+  readonly closed: boolean;
+  /** Every job awaited, by prompt_id. */
+  readonly watches: ReadonlyMap<string, Watch>;
+  /** Jobs with no event yet that are not known to run; a sweep moves the ones it checks to the back. */
+  readonly waiting: Set<JobLife>;
+  /** Jobs running now. */
+  readonly running: ReadonlySet<JobLife>;
+  watchOf(life: JobLife): Watch | undefined;
+  /** Checks these jobs (one queue read for all); resolves when every check is done. */
+  checkMany(lives: JobLife[]): Promise<void>;
+  sockets(): JobEventSource;
+  log(level: 'debug' | 'warn', message: string): void;
+}
+
+const SWEEP_SETTLE_MS = 300;
+const SWEEP_INTERVAL_MS = 2_000;
+const SWEEP_JOBS = 25;
+const SILENCE_TICK_MS = 1_000;
+
+export class CheckTimers {
+  private sweepTimer?: NodeJS.Timeout;
+  private lastSweep = 0;
+  private quietTimer?: NodeJS.Timeout;
+  private silenceTimer?: NodeJS.Timeout;
+  private lastFrames = -1;
+  private lastFrameAt = 0;
+  /** When every job was last checked because the whole socket was silent. */
+  private socketSilenceCheckedAt = 0;
+
+  constructor(private readonly book: TimedBook) {}
+
+  /** Stops every timer (the book closes). */
+  stop(): void {
+    clearTimeout(this.sweepTimer);
+    clearInterval(this.quietTimer);
+    clearInterval(this.silenceTimer);
+    this.quietTimer = this.silenceTimer = undefined;
+  }
+
+  /** Stops the quiet checks (the book's last job left). */
+  stopQuietChecks(): void {
+    clearInterval(this.quietTimer);
+    this.quietTimer = undefined;
+  }
+
+  /**
+   * The queue changed: a job still waiting in it may have been deleted, which sends no event. Checks the
+   * waiting jobs checked longest ago, a few at a time and at most every 2 s: constant work per `status` event.
+   */
+  scheduleSweep(): void {
+    if (this.sweepTimer || this.book.closed || this.book.waiting.size === 0) return;
+    const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + SWEEP_INTERVAL_MS - Date.now());
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = undefined;
+      this.lastSweep = Date.now();
+      const oldest: JobLife[] = [];
+      for (const life of this.book.waiting) {
+        if (oldest.length >= SWEEP_JOBS) break;
+        oldest.push(life);
+      }
+      for (const life of oldest) {
+        // To the back of the line: the next sweep takes the next ones.
+        this.book.waiting.delete(life);
+        this.book.waiting.add(life);
+      }
+      void this.book.checkMany(oldest);
+    }, wait);
+  }
+
+  /** Jobs silent for a long while with the socket up: one timer for all, so their checks share a queue read. */
+  armQuietChecks(): void {
+    if (this.quietTimer || this.book.closed) return;
+    const interval = Math.max(50, this.book.timings.quietCheckMs / 4);
+    // Silent for at least quietCheckMs: the tick of its last event may have been nearly over.
+    const ticksQuiet = Math.ceil(this.book.timings.quietCheckMs / interval) + 1;
+    this.quietTimer = setInterval(() => {
+      if (this.book.watches.size === 0) {
+        clearInterval(this.quietTimer);
+        this.quietTimer = undefined;
+        return;
+      }
+      const quiet: JobLife[] = [];
+      for (const watch of this.book.watches.values()) {
+        const { life } = watch;
+        if (life.events !== watch.quietEvents) {
+          watch.quietEvents = life.events;
+          watch.quietTicks = 0;
+        } else if (++watch.quietTicks >= ticksQuiet) {
+          watch.quietTicks = 0;
+          quiet.push(life);
+        }
+      }
+      void this.book.checkMany(quiet);
+    }, interval);
+  }
+
+  /**
+   * Once a second while jobs are awaited: every job when the whole socket has been silent for socketSilentMs
+   * (one queue read answers for the ones it lists). And while jobs run: a running job whose events have
+   * stopped while the whole socket is silent
+   * for 4x the widest gap between its events so far (within silentMinMs..silentMaxMs; silentMaxMs for a job
+   * known to run from a check but with no event yet) is checked. If it moved
+   * on without a frame arriving meanwhile, the server no longer sends to this socket: it is opened again. A job
+   * still running (a long node) doubles its wait, up to the quiet period.
+   */
+  armSilenceWatch(): void {
+    if (this.silenceTimer || this.book.closed) return;
+    this.lastFrameAt = Date.now();
+    this.silenceTimer = setInterval(() => this.silenceTick(), SILENCE_TICK_MS);
+    this.silenceTimer.unref();
+  }
+
+  private silenceTick(): void {
+    if (this.book.watches.size === 0) {
+      clearInterval(this.silenceTimer);
+      this.silenceTimer = undefined;
+      return;
+    }
+    const now = Date.now();
+    const sockets = this.book.sockets();
+    const frames = sockets.stats.framesReceived;
+    if (frames !== this.lastFrames || !sockets.isOpen) {
+      this.lastFrames = frames;
+      this.lastFrameAt = now;
+    }
+    const suspects: JobLife[] = [];
+    for (const life of this.book.running) {
+      const watch = this.book.watchOf(life);
+      if (!watch) continue;
+      if (life.events !== watch.seenEvents) {
+        if (watch.seenEvents > 0) watch.widestGap = Math.max(watch.widestGap, now - watch.lastEventAt);
+        watch.seenEvents = life.events;
+        watch.lastEventAt = now;
+        watch.silenceBackoff = 1;
+      }
+      const { silentMinMs, silentMaxMs, quietCheckMs } = this.book.timings;
+      // Known to run from a check with no event seen (a resumed await, another client's job), silent since it
+      // was attached: no gap to go by, so the longest usual wait.
+      const usual =
+        watch.seenEvents > 0
+          ? Math.min(silentMaxMs, Math.max(silentMinMs, 4 * watch.widestGap))
+          : silentMaxMs;
+      const limit = Math.min(quietCheckMs, usual * watch.silenceBackoff);
+      if (
+        now - this.lastFrameAt >= limit &&
+        now - watch.lastEventAt >= limit &&
+        now - watch.silenceCheckedAt >= limit
+      ) {
+        watch.silenceCheckedAt = now;
+        suspects.push(life);
+      }
+    }
+    if (suspects.length > 0) void this.silenceCheck(suspects, frames);
+    const { socketSilentMs } = this.book.timings;
+    if (
+      sockets.isOpen &&
+      now - this.lastFrameAt >= socketSilentMs &&
+      now - this.socketSilenceCheckedAt >= socketSilentMs
+    ) {
+      this.socketSilenceCheckedAt = now;
+      void this.book.checkMany([...this.book.watches.values()].map((watch) => watch.life));
+    }
+  }
+
+  private async silenceCheck(lives: JobLife[], frames: number): Promise<void> {
+    const before = lives.map((life) => life.state);
+    await this.book.checkMany(lives);
+    const sockets = this.book.sockets();
+    let movedOn = false;
+    lives.forEach((life, index) => {
+      if (life.state !== before[index]) movedOn = true;
+      const watch = this.book.watchOf(life);
+      if (watch) watch.silenceBackoff *= 2;
+    });
+    if (movedOn && sockets.isOpen && sockets.stats.framesReceived === frames) {
+      this.book.log(
+        'warn',
+        'graph-gen: a job moved on while the socket stayed silent; opening the socket again',
+      );
+      sockets.reopen();
+    }
+  }
+}

@@ -1,0 +1,65 @@
+/**
+ * What the job book (job-book.ts) keeps of each job it awaits, its Watch (the life, its awaits, its timers, what
+ * the quiet and silence checks count), what it tells each await (JobAwait), and when it asks the server about
+ * jobs (JobTimings): the book's records, in a module of their own so what shares them with the book (its timers)
+ * need not import the book. No Node-RED inside.
+ */
+import type { JobLife, JobProgress, JobResult, LifeState } from './job-life';
+
+export interface JobTimings {
+  /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
+  pollInitialMs: number;
+  pollMaxMs: number;
+  /** A job that has had no event this long while the socket is up gets its status checked. */
+  quietCheckMs: number;
+  /** The check after a job is awaited waits this long (one round for the jobs awaited in the same moment). */
+  firstCheckMs: number;
+  /** A job no route knows (or whose checks are refused) ends once two answers this far apart agree. */
+  lostConfirmMs: number;
+  /** A job the service has never known is not counted lost before this long after it was awaited. */
+  unknownGraceMs: number;
+  /** A queue read answers for every check made this long after it. */
+  queueFreshMs: number;
+  /** The longest wait before asking again after an answer that could not be read. */
+  unreadableMaxMs: number;
+  /** A silent socket gets a running job checked after 4x the job's widest gap between events, in these bounds. */
+  silentMinMs: number;
+  silentMaxMs: number;
+  /** Every job is checked when the whole socket has been silent this long while open (and again as often). */
+  socketSilentMs: number;
+}
+
+/** One await of a job (job-tracker.ts makes them): what it is told. */
+export interface JobAwait {
+  readonly wantsProgress: boolean;
+  onChange(life: JobLife, previous: LifeState): void;
+  onProgress(progress: JobProgress): void;
+  onEnd(result: JobResult): void;
+}
+
+/** What the book keeps of a job: its life (subscribed to the socket itself), its awaits and timers. */
+export interface Watch {
+  readonly life: JobLife;
+  awaits: JobAwait[];
+  checking: boolean;
+  /** A check under way may predate something that changes its answer: check again after it. */
+  recheck: boolean;
+  /** The next check asks about this job alone: the events source saw it move on since the shared read. */
+  askAlone: boolean;
+  checkTimer?: NodeJS.Timeout;
+  checkAt: number;
+  readTimer?: NodeJS.Timeout;
+  pollDelay: number;
+  /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
+  quietEvents: number;
+  quietTicks: number;
+  /** For the silence watch: events seen, when the last came, the widest gap, the last check for silence. */
+  seenEvents: number;
+  lastEventAt: number;
+  widestGap: number;
+  silenceCheckedAt: number;
+  /** Doubles each time a silence check finds the job still running (a long node), back to 1 on an event. */
+  silenceBackoff: number;
+  /** Aborts the job's own requests (its status checks, its result reads) when its last await leaves. */
+  requests?: AbortController;
+}
