@@ -10,8 +10,8 @@
 //             them all is downloaded.
 //
 //   node bench/transfer.js [--size-mib 1024] [--files 100] [--file-mib 1] [--transfers upload,download,files]
-//                          [--rounds 7] [--host node-red|bare] [--compare <checkout>] [--no-curl] [--overwrite]
-//                          (build first)
+//                          [--warm-files 100] [--rounds 7] [--host node-red|bare] [--compare <checkout>]
+//                          [--no-curl] [--overwrite]   (build first)
 //
 // The package saves as the download node does by default: overwrite off (the finished file is linked into
 // place, refusing one that appeared meanwhile); `--overwrite` measures the setting on (renamed into place).
@@ -28,7 +28,8 @@
 //
 // --compare <checkout>: one more side, this package's client from another built checkout (its dist/, e.g. a
 // copy of an earlier build under bench/results/), in the same run, rounds alternating: before and after a
-// change without two runs' noise between them.
+// change without two runs' noise between them. With the files transfer, also both builds in one process
+// taking turns every 10 files (see abChild), which shows a change of a few percent per file.
 //
 // Targets: time and CPU ratios (ours / bare undici) <= 1.1; our peak RSS at most 64 MiB over the child's start;
 // beside curl, time <= 1.1x for the single file and <= 1.5x for the many small ones.
@@ -57,6 +58,11 @@ const CHUNK = 1 << 20;
 // size on the first transfers whatever their size (a running Node-RED is past that); the rise after this
 // warm-up is what a transfer costs. The rise from the cold start is reported too.
 const WARM_UP_MIB = 16;
+// Then each Node side downloads --warm-files (100) files of --file-mib into a folder of its own, kept to the
+// end: a Node-RED that downloads files has compiled that path (V8's optimising compiler, undici's parser) after
+// its first few dozen; before that, a file costs about twice as much (measured: the first 100 files in a fresh
+// process 8-11 ms of CPU each, the next 100 4-6 ms). curl has nothing to warm. `--warm-files 0` measures the
+// cold process.
 const TRANSFERS = ['upload', 'download', 'files'];
 
 function argument(name, fallback) {
@@ -104,6 +110,7 @@ function viewAddress(baseUrl, ref) {
 async function child(spec) {
   const { side, host, baseUrl, apiKey, file, directory, warmFile, transfers, bigRef, fileRefs, overwrite } =
     spec;
+  const { warmRefs, warmDirectory } = spec;
   const stopHost = host === 'node-red' ? await startNodeRedHost(directory) : async () => undefined;
   const { request, Agent } = require('undici');
   const warmRef = { filename: 'warm.bin', subfolder: '', type: 'output' };
@@ -118,7 +125,8 @@ async function child(spec) {
     const connection = new GenerationConnection({ baseUrl, apiKey, partnerKeyField: 'api_key_service_org' });
     runUpload = async (source) =>
       connection.dialect.rest.upload({ source, filename: 'upload.bin', type: 'input' });
-    runDownload = async (ref) => downloadToDirectory(connection.dialect, ref, directory, overwrite);
+    runDownload = async (ref, into = directory) =>
+      downloadToDirectory(connection.dialect, ref, into, overwrite);
     close = () => connection.close();
   } else {
     const agent = new Agent({ keepAliveTimeout: 30_000 });
@@ -151,11 +159,11 @@ async function child(spec) {
       });
       return response.body.json();
     };
-    runDownload = async (ref) => {
+    runDownload = async (ref, into = directory) => {
       const view = await request(viewAddress(baseUrl, ref), { dispatcher: agent, headers });
       await view.body.dump();
       const storage = await request(view.headers.location, { dispatcher: agent });
-      await pipeline(storage.body, fs.createWriteStream(path.join(directory, ref.filename)));
+      await pipeline(storage.body, fs.createWriteStream(path.join(into, ref.filename)));
     };
     close = () => agent.close();
   }
@@ -169,8 +177,8 @@ async function child(spec) {
   gcObserver.observe({ entryTypes: ['gc'] });
   const coldRss = process.memoryUsage.rss();
   await runUpload(warmFile);
-  await runDownload(warmRef);
-  fs.rmSync(path.join(directory, warmRef.filename));
+  await runDownload(warmRef, warmDirectory);
+  for (const ref of warmRefs) await runDownload(ref, warmDirectory);
   const runs = {
     upload: () => runUpload(file),
     download: () => runDownload(bigRef),
@@ -209,14 +217,84 @@ async function child(spec) {
   process.stdout.write(JSON.stringify(results));
 }
 
+/**
+ * --compare, files: both builds in one process, taking turns every AB_BLOCK files (which goes first
+ * alternating), each into a folder of its own, the time and CPU of each build's blocks summed. A change of a
+ * few percent per file is lost between separate processes on a shared machine (a round of either side may
+ * take twice its usual time); here both see the same moments.
+ */
+const AB_BLOCK = 10;
+
+async function abChild(spec) {
+  const { host, baseUrl, apiKey, fileRefs, warmRefs, overwrite, builds, passes } = spec;
+  const stopHost = host === 'node-red' ? await startNodeRedHost(spec.directory) : async () => undefined;
+  const sides = builds.map(({ name, checkout }) => {
+    const dist = path.join(checkout, 'dist');
+    const { GenerationConnection } = require(path.join(dist, 'generation/connection'));
+    const { downloadToDirectory } = require(path.join(dist, 'generation/transfer/downloads'));
+    const connection = new GenerationConnection({ baseUrl, apiKey, partnerKeyField: 'api_key_service_org' });
+    const directory = path.join(spec.directory, name);
+    return {
+      name,
+      connection,
+      directory,
+      download: (ref, into) => downloadToDirectory(connection.dialect, ref, into, overwrite),
+      seconds: 0,
+      cpuSeconds: 0,
+      files: 0,
+    };
+  });
+  for (const side of sides) {
+    const warm = path.join(spec.directory, `${side.name}-warm`);
+    fs.mkdirSync(warm);
+    for (const ref of warmRefs) await side.download(ref, warm);
+  }
+  let turn = 0;
+  for (let pass = 0; pass < passes; pass++) {
+    for (const side of sides) fs.mkdirSync(side.directory);
+    for (let start = 0; start < fileRefs.length; start += AB_BLOCK) {
+      const block = fileRefs.slice(start, start + AB_BLOCK);
+      for (const side of turn++ % 2 ? [...sides].reverse() : sides) {
+        const cpuBefore = process.cpuUsage();
+        const started = process.hrtime.bigint();
+        for (const ref of block) await side.download(ref, side.directory);
+        side.seconds += Number(process.hrtime.bigint() - started) / 1e9;
+        const cpu = process.cpuUsage(cpuBefore);
+        side.cpuSeconds += (cpu.user + cpu.system) / 1e6;
+        side.files += block.length;
+      }
+    }
+    for (const side of sides) fs.rmSync(side.directory, { recursive: true, force: true });
+  }
+  for (const side of sides) await side.connection.close();
+  await stopHost();
+  process.stdout.write(
+    JSON.stringify(
+      Object.fromEntries(
+        sides.map((side) => [
+          side.name,
+          {
+            msPerFile: (side.seconds * 1000) / side.files,
+            cpuMsPerFile: (side.cpuSeconds * 1000) / side.files,
+          },
+        ]),
+      ),
+    ),
+  );
+}
+
 function runChild(spec) {
   return new Promise((resolve, reject) => {
     // The storage host is on 127.0.0.1: trusted as a user trusts theirs (the address rule refuses it otherwise).
     const env = { ...process.env, GRAPH_GEN_TRUSTED_ORIGINS: spec.storageUrl };
-    const proc = spawn(process.execPath, [__filename, '--child', JSON.stringify(spec)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env,
-    });
+    const proc = spawn(
+      process.execPath,
+      [__filename, spec.ab ? '--ab-child' : '--child', JSON.stringify(spec)],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        env,
+      },
+    );
     let out = '';
     proc.stdout.on('data', (chunk) => (out += chunk));
     proc.on('exit', (code) =>
@@ -308,6 +386,7 @@ async function main() {
   const sizeMiB = Number(argument('size-mib', '1024'));
   const fileCount = Number(argument('files', '100'));
   const fileMiB = Number(argument('file-mib', '1'));
+  const warmCount = Number(argument('warm-files', '100'));
   const transfers = argument('transfers', TRANSFERS.join(',')).split(',');
   if (transfers.some((name) => !TRANSFERS.includes(name)))
     throw new Error(`--transfers is a list of ${TRANSFERS.join(', ')}`);
@@ -347,6 +426,12 @@ async function main() {
     type: 'output',
   }));
   for (const ref of fileRefs) sandbox.generation.addFile(ref, { size: fileSize });
+  const warmRefs = Array.from({ length: warmCount }, (_, index) => ({
+    filename: `warm-${String(index).padStart(4, '0')}.bin`,
+    subfolder: '',
+    type: 'output',
+  }));
+  for (const ref of warmRefs) sandbox.generation.addFile(ref, { size: fileSize });
   /** What each transfer leaves in a side's directory, by name and size. */
   const savedBy = {
     upload: {},
@@ -358,6 +443,7 @@ async function main() {
 
   const sides = ['baseline', 'ours', ...(compare ? ['compared'] : []), ...(curl ? ['curl'] : [])];
   const runs = Object.fromEntries(sides.map((side) => [side, []]));
+  let sideBySide;
   try {
     for (let round = 0; round < rounds; round++) {
       // Each side goes first in turn.
@@ -367,13 +453,15 @@ async function main() {
         let result;
         if (side === 'curl') {
           result = {};
+          // A folder per transfer, all removed at the end of the round as the Node sides' are.
           for (const name of curlTransfers) {
-            result[name] = await runCurl(sandbox.url, apiKey, refsOf[name], directory, work);
-            checkSaved(side, directory, savedBy[name]);
-            fs.rmSync(directory, { recursive: true, force: true });
-            fs.mkdirSync(directory);
+            const into = path.join(directory, name);
+            fs.mkdirSync(into);
+            result[name] = await runCurl(sandbox.url, apiKey, refsOf[name], into, work);
+            checkSaved(side, into, savedBy[name]);
           }
         } else {
+          const warmDirectory = fs.mkdtempSync(path.join(work, `${side}-warm-`));
           const checkout = side === 'compared' ? compare : path.join(__dirname, '..');
           result = await runChild({
             side,
@@ -387,9 +475,12 @@ async function main() {
             transfers,
             bigRef,
             fileRefs,
+            warmRefs,
+            warmDirectory,
             overwrite,
             checkout,
           });
+          fs.rmSync(warmDirectory, { recursive: true, force: true });
           checkSaved(side, directory, Object.assign({}, ...transfers.map((name) => savedBy[name])));
           if (transfers.includes('upload')) {
             const upload = sandbox.generation.uploads.at(-1);
@@ -400,6 +491,27 @@ async function main() {
         fs.rmSync(directory, { recursive: true, force: true });
         runs[side].push(result);
       }
+    }
+    if (compare && transfers.includes('files')) {
+      const directory = fs.mkdtempSync(path.join(work, 'ab-'));
+      sideBySide = await runChild({
+        ab: true,
+        side: 'ab',
+        host,
+        baseUrl: sandbox.url,
+        storageUrl: sandbox.generation.storageUrl,
+        apiKey,
+        directory,
+        fileRefs,
+        warmRefs,
+        overwrite,
+        passes: rounds,
+        builds: [
+          { name: 'ours', checkout: path.join(__dirname, '..') },
+          { name: 'compared', checkout: compare },
+        ],
+      });
+      fs.rmSync(directory, { recursive: true, force: true });
     }
     if (sandbox.generation.storageLeaks().length > 0) throw new Error('the storage host saw the API key');
   } finally {
@@ -473,7 +585,7 @@ async function main() {
   }
   console.log(
     `host: ${host}, ${rounds} rounds per side, ${transfers.map((name) => label[name]).join(', ')}` +
-      `, overwrite ${overwrite ? 'on' : 'off'}` +
+      `, overwrite ${overwrite ? 'on' : 'off'}, Node sides warmed with ${warmCount} files of ${fileMiB} MiB` +
       (compare ? `, compared: ${compare}` : ''),
   );
   console.log(
@@ -483,6 +595,15 @@ async function main() {
   );
   console.table(rows);
   console.table(memoryRows);
+  if (sideBySide) {
+    const { ours, compared } = sideBySide;
+    console.log(
+      `files, both builds in one process taking turns every ${AB_BLOCK} files (${rounds} x ${fileCount} files each): ` +
+        `per file ${ours.msPerFile.toFixed(2)} ms against ${compared.msPerFile.toFixed(2)} ms compared ` +
+        `(x${(ours.msPerFile / compared.msPerFile).toFixed(3)}), CPU ${ours.cpuMsPerFile.toFixed(2)} ms against ` +
+        `${compared.cpuMsPerFile.toFixed(2)} ms (x${(ours.cpuMsPerFile / compared.cpuMsPerFile).toFixed(3)})`,
+    );
+  }
   const curlTarget = { download: 1.1, files: 1.5 };
   const verdicts = rows.map((row, index) => {
     const name = transfers[index];
@@ -512,10 +633,12 @@ async function main() {
         fileMiB,
         transfers,
         overwrite,
+        warmFiles: warmCount,
         compare: compare ?? null,
         rounds,
         rows,
         memoryRows,
+        sideBySide: sideBySide ?? null,
         runs,
       },
       null,
@@ -527,7 +650,12 @@ async function main() {
   }
 }
 
-if (process.argv.includes('--child')) {
+if (process.argv.includes('--ab-child')) {
+  abChild(JSON.parse(argument('ab-child'))).catch((error) => {
+    console.error(error);
+    process.exit(1);
+  });
+} else if (process.argv.includes('--child')) {
   child(JSON.parse(argument('child'))).catch((error) => {
     console.error(error);
     process.exit(1);
