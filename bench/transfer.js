@@ -45,11 +45,17 @@
 // 512 MiB uploads: ours 17-55 full collections against the baseline's 6, and the baseline as many as ours once
 // given 1-2 MB of unrelated objects. The CPU ratio then says which side of that edge each heap lies on, not what
 // the transfer costs; 'full GCs' in the table shows when a run fell into it (in a Node-RED host, rarely).
-const { spawn, spawnSync } = require('node:child_process');
+//
+// Past 400 lines: a run's sides, rounds, checks and report read best in one place; the curl side, the pass of
+// two builds in one process and the Node-RED host are in transfer-curl.js, transfer-ab.js and transfer-host.js.
+const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { pipeline } = require('node:stream/promises');
+const { AB_BLOCK, abChild } = require('./transfer-ab');
+const { curlVersion, runCurl } = require('./transfer-curl');
+const { startNodeRedHost, viewAddress } = require('./transfer-host');
 
 const MiB = 1 << 20;
 // Both sides read the file in the same chunks as the package's client does (1 MiB).
@@ -82,29 +88,6 @@ function rssSampler() {
       return Math.max(peak, process.memoryUsage.rss());
     },
   };
-}
-
-/** A Node-RED runtime with no flows and no editor traffic: the process these nodes run in. */
-async function startNodeRedHost(directory) {
-  const RED = require('node-red');
-  const userDir = fs.mkdtempSync(path.join(directory, '.node-red-'));
-  RED.init(require('node:http').createServer(), {
-    userDir,
-    flowFile: 'flows.json',
-    logging: { console: { level: 'off' } },
-    telemetry: { enabled: false },
-  });
-  await RED.start();
-  return async () => {
-    await RED.stop();
-    fs.rmSync(userDir, { recursive: true, force: true });
-  };
-}
-
-/** The address the service answers a file at (both Node sides and curl ask the same). */
-function viewAddress(baseUrl, ref) {
-  const query = new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder, type: ref.type });
-  return `${baseUrl}/api/view?${query}`;
 }
 
 async function child(spec) {
@@ -217,72 +200,6 @@ async function child(spec) {
   process.stdout.write(JSON.stringify(results));
 }
 
-/**
- * --compare, files: both builds in one process, taking turns every AB_BLOCK files (which goes first
- * alternating), each into a folder of its own, the time and CPU of each build's blocks summed. A change of a
- * few percent per file is lost between separate processes on a shared machine (a round of either side may
- * take twice its usual time); here both see the same moments.
- */
-const AB_BLOCK = 10;
-
-async function abChild(spec) {
-  const { host, baseUrl, apiKey, fileRefs, warmRefs, overwrite, builds, passes } = spec;
-  const stopHost = host === 'node-red' ? await startNodeRedHost(spec.directory) : async () => undefined;
-  const sides = builds.map(({ name, checkout }) => {
-    const dist = path.join(checkout, 'dist');
-    const { GenerationConnection } = require(path.join(dist, 'generation/connection'));
-    const { downloadToDirectory } = require(path.join(dist, 'generation/transfer/downloads'));
-    const connection = new GenerationConnection({ baseUrl, apiKey, partnerKeyField: 'api_key_service_org' });
-    const directory = path.join(spec.directory, name);
-    return {
-      name,
-      connection,
-      directory,
-      download: (ref, into) => downloadToDirectory(connection.dialect, ref, into, overwrite),
-      seconds: 0,
-      cpuSeconds: 0,
-      files: 0,
-    };
-  });
-  for (const side of sides) {
-    const warm = path.join(spec.directory, `${side.name}-warm`);
-    fs.mkdirSync(warm);
-    for (const ref of warmRefs) await side.download(ref, warm);
-  }
-  let turn = 0;
-  for (let pass = 0; pass < passes; pass++) {
-    for (const side of sides) fs.mkdirSync(side.directory);
-    for (let start = 0; start < fileRefs.length; start += AB_BLOCK) {
-      const block = fileRefs.slice(start, start + AB_BLOCK);
-      for (const side of turn++ % 2 ? [...sides].reverse() : sides) {
-        const cpuBefore = process.cpuUsage();
-        const started = process.hrtime.bigint();
-        for (const ref of block) await side.download(ref, side.directory);
-        side.seconds += Number(process.hrtime.bigint() - started) / 1e9;
-        const cpu = process.cpuUsage(cpuBefore);
-        side.cpuSeconds += (cpu.user + cpu.system) / 1e6;
-        side.files += block.length;
-      }
-    }
-    for (const side of sides) fs.rmSync(side.directory, { recursive: true, force: true });
-  }
-  for (const side of sides) await side.connection.close();
-  await stopHost();
-  process.stdout.write(
-    JSON.stringify(
-      Object.fromEntries(
-        sides.map((side) => [
-          side.name,
-          {
-            msPerFile: (side.seconds * 1000) / side.files,
-            cpuMsPerFile: (side.cpuSeconds * 1000) / side.files,
-          },
-        ]),
-      ),
-    ),
-  );
-}
-
 function runChild(spec) {
   return new Promise((resolve, reject) => {
     // The storage host is on 127.0.0.1: trusted as a user trusts theirs (the address rule refuses it otherwise).
@@ -301,71 +218,6 @@ function runChild(spec) {
       code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`${spec.side} exited ${code}`)),
     );
   });
-}
-
-/** Whether `curl` runs here, and its version line. */
-function curlVersion() {
-  const found = spawnSync('curl', ['--version'], { encoding: 'utf8' });
-  return found.status === 0 ? found.stdout.split(' ').slice(0, 2).join(' ') : undefined;
-}
-
-/** A curl config file's quoted value. */
-const quoted = (text) => `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
-
-/**
- * curl downloads `refs` into `directory` (see the header): the first process writes, for each file, the
- * storage host's address as a line of the second's config. Resolves with the seconds curl itself counts for
- * its transfers (the sum of each one's time_total, as the Node sides count theirs inside a running process),
- * the wall seconds from the spawn to the exit of both (process starts included) and their CPU seconds.
- */
-function runCurl(baseUrl, apiKey, refs, directory, work) {
-  const signConfig = path.join(work, 'curl-sign.cfg');
-  const signTimes = path.join(work, 'curl-sign.times');
-  fs.writeFileSync(
-    signConfig,
-    [
-      'silent',
-      'show-error',
-      'fail',
-      `header = ${quoted(`x-api-key: ${apiKey}`)}`,
-      // The address for the second process, then (on stderr, to a file) this request's time.
-      `write-out = ${quoted('url = "%{redirect_url}"\\n%{stderr}%{time_total}\\n')}`,
-      ...refs.flatMap((ref) => [`url = ${quoted(viewAddress(baseUrl, ref))}`, 'output = "/dev/null"']),
-      '',
-    ].join('\n'),
-  );
-  // -J: the name the storage host gives (Content-Disposition), which curl keeps inside --output-dir.
-  const script =
-    'set -o pipefail; curl -K "$1" 2>"$3" | curl --silent --show-error --fail --remote-name-all ' +
-    '--remote-header-name --output-dir "$2" --write-out "%{time_total}\\n" -K -; status=$?; times; exit $status';
-  return new Promise((resolve, reject) => {
-    const started = process.hrtime.bigint();
-    const proc = spawn('bash', ['-c', script, 'curl-side', signConfig, directory, signTimes], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    proc.stdout.on('data', (chunk) => (out += chunk));
-    proc.on('exit', (code) => {
-      const wallSeconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const said = fs.readFileSync(signTimes, 'utf8');
-      if (code !== 0) return reject(new Error(`curl exited ${code}: ${said.slice(0, 500)}`));
-      const sum = (text) =>
-        text
-          .split('\n')
-          .filter((line) => /^[\d.]+$/.test(line.trim()))
-          .reduce((total, line) => total + Number(line), 0);
-      resolve({ seconds: sum(said) + sum(out), wallSeconds, cpuSeconds: childrenCpu(out) });
-    });
-  });
-}
-
-/** The children's user + system seconds from bash's `times` (its last line: `0m0.120s 0m0.310s`). */
-function childrenCpu(text) {
-  const line = text.trim().split('\n').at(-1) ?? '';
-  return [...line.matchAll(/(\d+)m([\d.]+)s/g)].reduce(
-    (sum, [, minutes, seconds]) => sum + Number(minutes) * 60 + Number(seconds),
-    0,
-  );
 }
 
 /** Checks that a side saved exactly the expected files (no temporary or partial file beside them). */
