@@ -340,12 +340,14 @@ export async function downloadToDirectory(
     await discard(temporary, fd);
     throw error;
   }
-  // The stream closes the file once everything is written, or when it is destroyed (it waits for a write
-  // under way), so a failure only removes it.
+  // The stream closes the file once everything is written, or when it is destroyed (after a write under way).
   const out = createWriteStream(temporary, { fd, highWaterMark: WRITE_BEHIND });
   try {
     await pipeline(file.body, out, { signal });
   } catch (error) {
+    // Removed once closed: a file still open cannot be removed on every system (Windows).
+    out.destroy();
+    if (!out.closed) await new Promise<void>((resolve) => out.once('close', () => resolve()));
     await discard(temporary);
     throw interrupted(ref, error);
   }
