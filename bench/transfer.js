@@ -10,8 +10,8 @@
 //             them all is downloaded.
 //
 //   node bench/transfer.js [--size-mib 1024] [--files 100] [--file-mib 1] [--transfers upload,download,files]
-//                          [--rounds 7] [--host node-red|bare] [--compare <checkout>] [--no-curl] [--overwrite]
-//                          (build first)
+//                          [--warm-files 100] [--rounds 7] [--host node-red|bare] [--compare <checkout>]
+//                          [--no-curl] [--overwrite]   (build first)
 //
 // The package saves as the download node does by default: overwrite off (the finished file is linked into
 // place, refusing one that appeared meanwhile); `--overwrite` measures the setting on (renamed into place).
@@ -28,7 +28,8 @@
 //
 // --compare <checkout>: one more side, this package's client from another built checkout (its dist/, e.g. a
 // copy of an earlier build under bench/results/), in the same run, rounds alternating: before and after a
-// change without two runs' noise between them.
+// change without two runs' noise between them. With the files transfer, also both builds in one process
+// taking turns every 10 files (see abChild), which shows a change of a few percent per file.
 //
 // Targets: time and CPU ratios (ours / bare undici) <= 1.1; our peak RSS at most 64 MiB over the child's start;
 // beside curl, time <= 1.1x for the single file and <= 1.5x for the many small ones.
@@ -44,11 +45,17 @@
 // 512 MiB uploads: ours 17-55 full collections against the baseline's 6, and the baseline as many as ours once
 // given 1-2 MB of unrelated objects. The CPU ratio then says which side of that edge each heap lies on, not what
 // the transfer costs; 'full GCs' in the table shows when a run fell into it (in a Node-RED host, rarely).
-const { spawn, spawnSync } = require('node:child_process');
+//
+// Past 400 lines: a run's sides, rounds, checks and report read best in one place; the curl side, the pass of
+// two builds in one process and the Node-RED host are in transfer-curl.js, transfer-ab.js and transfer-host.js.
+const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { pipeline } = require('node:stream/promises');
+const { AB_BLOCK, abChild } = require('./transfer-ab');
+const { curlVersion, runCurl } = require('./transfer-curl');
+const { startNodeRedHost, viewAddress } = require('./transfer-host');
 
 const MiB = 1 << 20;
 // Both sides read the file in the same chunks as the package's client does (1 MiB).
@@ -57,6 +64,11 @@ const CHUNK = 1 << 20;
 // size on the first transfers whatever their size (a running Node-RED is past that); the rise after this
 // warm-up is what a transfer costs. The rise from the cold start is reported too.
 const WARM_UP_MIB = 16;
+// Then each Node side downloads --warm-files (100) files of --file-mib into a folder of its own, kept to the
+// end: a Node-RED that downloads files has compiled that path (V8's optimising compiler, undici's parser) after
+// its first few dozen; before that, a file costs about twice as much (measured: the first 100 files in a fresh
+// process 8-11 ms of CPU each, the next 100 4-6 ms). curl has nothing to warm. `--warm-files 0` measures the
+// cold process.
 const TRANSFERS = ['upload', 'download', 'files'];
 
 function argument(name, fallback) {
@@ -78,32 +90,10 @@ function rssSampler() {
   };
 }
 
-/** A Node-RED runtime with no flows and no editor traffic: the process these nodes run in. */
-async function startNodeRedHost(directory) {
-  const RED = require('node-red');
-  const userDir = fs.mkdtempSync(path.join(directory, '.node-red-'));
-  RED.init(require('node:http').createServer(), {
-    userDir,
-    flowFile: 'flows.json',
-    logging: { console: { level: 'off' } },
-    telemetry: { enabled: false },
-  });
-  await RED.start();
-  return async () => {
-    await RED.stop();
-    fs.rmSync(userDir, { recursive: true, force: true });
-  };
-}
-
-/** The address the service answers a file at (both Node sides and curl ask the same). */
-function viewAddress(baseUrl, ref) {
-  const query = new URLSearchParams({ filename: ref.filename, subfolder: ref.subfolder, type: ref.type });
-  return `${baseUrl}/api/view?${query}`;
-}
-
 async function child(spec) {
   const { side, host, baseUrl, apiKey, file, directory, warmFile, transfers, bigRef, fileRefs, overwrite } =
     spec;
+  const { warmRefs, warmDirectory } = spec;
   const stopHost = host === 'node-red' ? await startNodeRedHost(directory) : async () => undefined;
   const { request, Agent } = require('undici');
   const warmRef = { filename: 'warm.bin', subfolder: '', type: 'output' };
@@ -118,7 +108,8 @@ async function child(spec) {
     const connection = new GenerationConnection({ baseUrl, apiKey, partnerKeyField: 'api_key_service_org' });
     runUpload = async (source) =>
       connection.dialect.rest.upload({ source, filename: 'upload.bin', type: 'input' });
-    runDownload = async (ref) => downloadToDirectory(connection.dialect, ref, directory, overwrite);
+    runDownload = async (ref, into = directory) =>
+      downloadToDirectory(connection.dialect, ref, into, overwrite);
     close = () => connection.close();
   } else {
     const agent = new Agent({ keepAliveTimeout: 30_000 });
@@ -151,11 +142,11 @@ async function child(spec) {
       });
       return response.body.json();
     };
-    runDownload = async (ref) => {
+    runDownload = async (ref, into = directory) => {
       const view = await request(viewAddress(baseUrl, ref), { dispatcher: agent, headers });
       await view.body.dump();
       const storage = await request(view.headers.location, { dispatcher: agent });
-      await pipeline(storage.body, fs.createWriteStream(path.join(directory, ref.filename)));
+      await pipeline(storage.body, fs.createWriteStream(path.join(into, ref.filename)));
     };
     close = () => agent.close();
   }
@@ -169,8 +160,8 @@ async function child(spec) {
   gcObserver.observe({ entryTypes: ['gc'] });
   const coldRss = process.memoryUsage.rss();
   await runUpload(warmFile);
-  await runDownload(warmRef);
-  fs.rmSync(path.join(directory, warmRef.filename));
+  await runDownload(warmRef, warmDirectory);
+  for (const ref of warmRefs) await runDownload(ref, warmDirectory);
   const runs = {
     upload: () => runUpload(file),
     download: () => runDownload(bigRef),
@@ -213,81 +204,20 @@ function runChild(spec) {
   return new Promise((resolve, reject) => {
     // The storage host is on 127.0.0.1: trusted as a user trusts theirs (the address rule refuses it otherwise).
     const env = { ...process.env, GRAPH_GEN_TRUSTED_ORIGINS: spec.storageUrl };
-    const proc = spawn(process.execPath, [__filename, '--child', JSON.stringify(spec)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env,
-    });
+    const proc = spawn(
+      process.execPath,
+      [__filename, spec.ab ? '--ab-child' : '--child', JSON.stringify(spec)],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+        env,
+      },
+    );
     let out = '';
     proc.stdout.on('data', (chunk) => (out += chunk));
     proc.on('exit', (code) =>
       code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`${spec.side} exited ${code}`)),
     );
   });
-}
-
-/** Whether `curl` runs here, and its version line. */
-function curlVersion() {
-  const found = spawnSync('curl', ['--version'], { encoding: 'utf8' });
-  return found.status === 0 ? found.stdout.split(' ').slice(0, 2).join(' ') : undefined;
-}
-
-/** A curl config file's quoted value. */
-const quoted = (text) => `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
-
-/**
- * curl downloads `refs` into `directory` (see the header): the first process writes, for each file, the
- * storage host's address as a line of the second's config. Resolves with the seconds curl itself counts for
- * its transfers (the sum of each one's time_total, as the Node sides count theirs inside a running process),
- * the wall seconds from the spawn to the exit of both (process starts included) and their CPU seconds.
- */
-function runCurl(baseUrl, apiKey, refs, directory, work) {
-  const signConfig = path.join(work, 'curl-sign.cfg');
-  const signTimes = path.join(work, 'curl-sign.times');
-  fs.writeFileSync(
-    signConfig,
-    [
-      'silent',
-      'show-error',
-      'fail',
-      `header = ${quoted(`x-api-key: ${apiKey}`)}`,
-      // The address for the second process, then (on stderr, to a file) this request's time.
-      `write-out = ${quoted('url = "%{redirect_url}"\\n%{stderr}%{time_total}\\n')}`,
-      ...refs.flatMap((ref) => [`url = ${quoted(viewAddress(baseUrl, ref))}`, 'output = "/dev/null"']),
-      '',
-    ].join('\n'),
-  );
-  // -J: the name the storage host gives (Content-Disposition), which curl keeps inside --output-dir.
-  const script =
-    'set -o pipefail; curl -K "$1" 2>"$3" | curl --silent --show-error --fail --remote-name-all ' +
-    '--remote-header-name --output-dir "$2" --write-out "%{time_total}\\n" -K -; status=$?; times; exit $status';
-  return new Promise((resolve, reject) => {
-    const started = process.hrtime.bigint();
-    const proc = spawn('bash', ['-c', script, 'curl-side', signConfig, directory, signTimes], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    proc.stdout.on('data', (chunk) => (out += chunk));
-    proc.on('exit', (code) => {
-      const wallSeconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const said = fs.readFileSync(signTimes, 'utf8');
-      if (code !== 0) return reject(new Error(`curl exited ${code}: ${said.slice(0, 500)}`));
-      const sum = (text) =>
-        text
-          .split('\n')
-          .filter((line) => /^[\d.]+$/.test(line.trim()))
-          .reduce((total, line) => total + Number(line), 0);
-      resolve({ seconds: sum(said) + sum(out), wallSeconds, cpuSeconds: childrenCpu(out) });
-    });
-  });
-}
-
-/** The children's user + system seconds from bash's `times` (its last line: `0m0.120s 0m0.310s`). */
-function childrenCpu(text) {
-  const line = text.trim().split('\n').at(-1) ?? '';
-  return [...line.matchAll(/(\d+)m([\d.]+)s/g)].reduce(
-    (sum, [, minutes, seconds]) => sum + Number(minutes) * 60 + Number(seconds),
-    0,
-  );
 }
 
 /** Checks that a side saved exactly the expected files (no temporary or partial file beside them). */
@@ -308,6 +238,7 @@ async function main() {
   const sizeMiB = Number(argument('size-mib', '1024'));
   const fileCount = Number(argument('files', '100'));
   const fileMiB = Number(argument('file-mib', '1'));
+  const warmCount = Number(argument('warm-files', '100'));
   const transfers = argument('transfers', TRANSFERS.join(',')).split(',');
   if (transfers.some((name) => !TRANSFERS.includes(name)))
     throw new Error(`--transfers is a list of ${TRANSFERS.join(', ')}`);
@@ -347,6 +278,12 @@ async function main() {
     type: 'output',
   }));
   for (const ref of fileRefs) sandbox.generation.addFile(ref, { size: fileSize });
+  const warmRefs = Array.from({ length: warmCount }, (_, index) => ({
+    filename: `warm-${String(index).padStart(4, '0')}.bin`,
+    subfolder: '',
+    type: 'output',
+  }));
+  for (const ref of warmRefs) sandbox.generation.addFile(ref, { size: fileSize });
   /** What each transfer leaves in a side's directory, by name and size. */
   const savedBy = {
     upload: {},
@@ -358,6 +295,7 @@ async function main() {
 
   const sides = ['baseline', 'ours', ...(compare ? ['compared'] : []), ...(curl ? ['curl'] : [])];
   const runs = Object.fromEntries(sides.map((side) => [side, []]));
+  let sideBySide;
   try {
     for (let round = 0; round < rounds; round++) {
       // Each side goes first in turn.
@@ -367,13 +305,15 @@ async function main() {
         let result;
         if (side === 'curl') {
           result = {};
+          // A folder per transfer, all removed at the end of the round as the Node sides' are.
           for (const name of curlTransfers) {
-            result[name] = await runCurl(sandbox.url, apiKey, refsOf[name], directory, work);
-            checkSaved(side, directory, savedBy[name]);
-            fs.rmSync(directory, { recursive: true, force: true });
-            fs.mkdirSync(directory);
+            const into = path.join(directory, name);
+            fs.mkdirSync(into);
+            result[name] = await runCurl(sandbox.url, apiKey, refsOf[name], into, work);
+            checkSaved(side, into, savedBy[name]);
           }
         } else {
+          const warmDirectory = fs.mkdtempSync(path.join(work, `${side}-warm-`));
           const checkout = side === 'compared' ? compare : path.join(__dirname, '..');
           result = await runChild({
             side,
@@ -387,9 +327,12 @@ async function main() {
             transfers,
             bigRef,
             fileRefs,
+            warmRefs,
+            warmDirectory,
             overwrite,
             checkout,
           });
+          fs.rmSync(warmDirectory, { recursive: true, force: true });
           checkSaved(side, directory, Object.assign({}, ...transfers.map((name) => savedBy[name])));
           if (transfers.includes('upload')) {
             const upload = sandbox.generation.uploads.at(-1);
@@ -400,6 +343,27 @@ async function main() {
         fs.rmSync(directory, { recursive: true, force: true });
         runs[side].push(result);
       }
+    }
+    if (compare && transfers.includes('files')) {
+      const directory = fs.mkdtempSync(path.join(work, 'ab-'));
+      sideBySide = await runChild({
+        ab: true,
+        side: 'ab',
+        host,
+        baseUrl: sandbox.url,
+        storageUrl: sandbox.generation.storageUrl,
+        apiKey,
+        directory,
+        fileRefs,
+        warmRefs,
+        overwrite,
+        passes: rounds,
+        builds: [
+          { name: 'ours', checkout: path.join(__dirname, '..') },
+          { name: 'compared', checkout: compare },
+        ],
+      });
+      fs.rmSync(directory, { recursive: true, force: true });
     }
     if (sandbox.generation.storageLeaks().length > 0) throw new Error('the storage host saw the API key');
   } finally {
@@ -473,7 +437,7 @@ async function main() {
   }
   console.log(
     `host: ${host}, ${rounds} rounds per side, ${transfers.map((name) => label[name]).join(', ')}` +
-      `, overwrite ${overwrite ? 'on' : 'off'}` +
+      `, overwrite ${overwrite ? 'on' : 'off'}, Node sides warmed with ${warmCount} files of ${fileMiB} MiB` +
       (compare ? `, compared: ${compare}` : ''),
   );
   console.log(
@@ -483,6 +447,15 @@ async function main() {
   );
   console.table(rows);
   console.table(memoryRows);
+  if (sideBySide) {
+    const { ours, compared } = sideBySide;
+    console.log(
+      `files, both builds in one process taking turns every ${AB_BLOCK} files (${rounds} x ${fileCount} files each): ` +
+        `per file ${ours.msPerFile.toFixed(2)} ms against ${compared.msPerFile.toFixed(2)} ms compared ` +
+        `(x${(ours.msPerFile / compared.msPerFile).toFixed(3)}), CPU ${ours.cpuMsPerFile.toFixed(2)} ms against ` +
+        `${compared.cpuMsPerFile.toFixed(2)} ms (x${(ours.cpuMsPerFile / compared.cpuMsPerFile).toFixed(3)})`,
+    );
+  }
   const curlTarget = { download: 1.1, files: 1.5 };
   const verdicts = rows.map((row, index) => {
     const name = transfers[index];
@@ -512,10 +485,12 @@ async function main() {
         fileMiB,
         transfers,
         overwrite,
+        warmFiles: warmCount,
         compare: compare ?? null,
         rounds,
         rows,
         memoryRows,
+        sideBySide: sideBySide ?? null,
         runs,
       },
       null,
@@ -527,7 +502,12 @@ async function main() {
   }
 }
 
-if (process.argv.includes('--child')) {
+if (process.argv.includes('--ab-child')) {
+  abChild(JSON.parse(argument('ab-child'))).catch((error) => {
+    console.error(error);
+    process.exit(1);
+  });
+} else if (process.argv.includes('--child')) {
   child(JSON.parse(argument('child'))).catch((error) => {
     console.error(error);
     process.exit(1);
