@@ -188,6 +188,18 @@ return msg;`,
   ];
 }
 
+/** Requests besides submits each path took between two `stats` of every sandbox. */
+function requestsBetween(before, after) {
+  const counts = {};
+  after.forEach((stats, index) => {
+    for (const [route, count] of Object.entries(stats.byPath)) {
+      const more = count - (before[index].byPath[route] ?? 0);
+      if (more > 0) counts[route] = (counts[route] ?? 0) + more;
+    }
+  });
+  return counts;
+}
+
 async function call(url, method = 'GET', body) {
   const response = await request(url, {
     method,
@@ -217,8 +229,10 @@ async function startFlowBench({ serviceUrl, key, workflow, progress, memberUrls 
   });
   const base = url.replace(/\/$/, '');
   const kept = path.join(userDir, 'graph-gen', 'await-job-bench-await.jsonl');
-  // The profile spans the submits too (where a pool chooses its servers), not the results' burst only.
-  const profileSubmits = process.env.BENCH_PROFILE_SUBMITS === '1';
+  // BENCH_PROFILE_SUBMITS=1: the profile spans the submits too (where a pool chooses its servers), not the
+  // results' burst only; =only: the submits (and the awaits' first checks) alone, in a profile of their own.
+  const profileSubmits = ['1', 'only'].includes(process.env.BENCH_PROFILE_SUBMITS);
+  const submitsOnly = process.env.BENCH_PROFILE_SUBMITS === 'only';
   /**
    * One round of `jobs` jobs; `sandbox` is the child's IPC `call` (an array of them: every server the round's jobs
    * may go to); `resume`: await-job's setting; `through`: benchFlow's ('pool', 'each': the `memberUrls`).
@@ -259,7 +273,12 @@ async function startFlowBench({ serviceUrl, key, workflow, progress, memberUrls 
     // Every job awaited and kept: the journal at its largest.
     const keptBytes = fs.existsSync(kept) ? fs.statSync(kept).size : 0;
     const startedAt = performance.now();
-    const start = await call(`${base}/bench/results?gc=reset${profileSubmits ? '' : '&profile=start'}`);
+    const profileNow = submitsOnly
+      ? `&profile=stop&label=${through}-submits`
+      : profileSubmits
+        ? ''
+        : '&profile=start';
+    const start = await call(`${base}/bench/results?gc=reset${profileNow}`);
     const started = performance.now();
     await each('runPending');
     let state;
@@ -269,7 +288,9 @@ async function startFlowBench({ serviceUrl, key, workflow, progress, memberUrls 
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     const timeMs = performance.now() - started;
-    const end = await call(`${base}/bench/results?full=1&profile=stop&label=${through}`);
+    const end = await call(
+      `${base}/bench/results?full=1${submitsOnly ? '' : `&profile=stop&label=${through}`}`,
+    );
     const after = await each('stats');
     const stamps = Object.assign({}, ...(await each('stamps')).map((answer) => answer.stamps));
     await call(`${base}/flows`, 'POST', []);
@@ -299,6 +320,9 @@ async function startFlowBench({ serviceUrl, key, workflow, progress, memberUrls 
       submitsBySandbox: after.map((stats, index) => stats.submits - before[index].submits),
       latencies: latencies.sort((a, b) => a - b),
       restPerJob: (total(after, 'otherRequests') - total(before, 'otherRequests')) / jobs,
+      // Those requests by path, every server's together, and the jobs the queue reads among them listed.
+      requestsByPath: requestsBetween(before, after),
+      queueEntriesRead: total(after, 'queueEntriesRead') - total(before, 'queueEntriesRead'),
       socketsOpened: total(after, 'socketsNow'),
     };
   }

@@ -3,18 +3,21 @@
 // POOL_MEMBERS sandboxes (each a child process, as the one server is) and through one config node, in one real
 // Node-RED, rounds alternating; submit -> await-job -> a function node as the Node-RED mode runs them; and, as the
 // pool's own baseline, the same sandboxes through one config node each, the msgs sent to them in turn (a user's
-// own routing without a pool, with a submit and an await-job per server). It reports
-// per side Node-RED's CPU per job (the submits with the awaits' first checks, and the results' burst), wall
-// time, completion->result latency, requests per job besides the submits (the pool's own reads included), and the
-// spread of the pool's jobs over its members (by msg.server, and by what each sandbox took).
+// own routing without a pool, with a submit and an await-job per server). It reports per side Node-RED's CPU per
+// job (the submits with the awaits' first checks, and the results' burst), wall time, completion->result
+// latency, requests per job besides the submits (the pool's own reads included) and the queue entries they
+// read, and the spread of the pool's jobs over its members (by msg.server, and by what each sandbox took).
 //
 // What choosing a member costs is then measured in this process, on the same built code (dist/) and the pool in
 // the state the run leaves it in (every member up, its node definitions read, 1/POOL_MEMBERS of the jobs queued
 // on each): ServerPool's choice (`order()`, the same private `choose()` a submit runs) timed over many calls in a
 // row, the pure orderToTry and needsOf alone, and the CPU of whole `pool.submit`s against a connection's own
 // `submit` (as the submit node calls each) and against the members' connections in turn without a pool (what
-// four servers cost by themselves), rounds alternating. `--compare <checkout>` adds a pool of another built
-// checkout's classes to these rounds: before and after a change to the pool, in one run. Medians throughout.
+// four servers cost by themselves), rounds alternating; JobHomes.set once full; and a burst of choices into a
+// pool just made (a deploy), before it has read any member's node definitions. `--compare <checkout>` adds a
+// pool of another built checkout's classes to these rounds: before and after a change to the pool, in one run.
+// Medians throughout. Past 400 lines: the Node-RED rounds, the measurements in this process and their report
+// share the sandboxes and the pool's setup; apart, each would need the others' state handed over.
 const path = require('node:path');
 const { performance } = require('node:perf_hooks');
 
@@ -64,7 +67,9 @@ async function runPool(bench) {
         console.log(
           `  ${jobs} jobs, round ${round + 1}, ${name}: CPU submits ${result.submitCpuMs.toFixed(0)} ms + run ${result.cpuMs.toFixed(0)} ms, ` +
             `wall ${result.timeMs.toFixed(0)} ms, completed ${result.completed}` +
-            (name === 'one' ? '' : `, by sandbox ${result.submitsBySandbox.join(' / ')}`),
+            (name === 'one' ? '' : `, by sandbox ${result.submitsBySandbox.join(' / ')}`) +
+            `; submits ${result.submitsMs.toFixed(0)} ms, requests besides submits ${JSON.stringify(result.requestsByPath)}, ` +
+            `queue entries read ${result.queueEntriesRead}`,
         );
       }
     }
@@ -79,6 +84,9 @@ async function runPool(bench) {
       gcTotalMs: median(list.map((run) => run.gc.totalMs)),
       gcMaxMs: median(list.map((run) => run.gc.maxMs)),
       restPerJob: median(list.map((run) => run.restPerJob)),
+      queueEntriesRead: median(list.map((run) => run.queueEntriesRead)),
+      // Files written by the round (the pool's job homes; await-job's resume is off).
+      journalWrites: median(list.map((run) => run.journalWritesAwaiting + run.journalWrites)),
       completed: Math.min(...list.map((run) => run.completed)),
       failed: Math.max(...list.map((run) => run.failed)),
       sockets: Math.max(...list.map((run) => run.socketsOpened)),
@@ -100,10 +108,13 @@ async function runPool(bench) {
   }
   await flow.close();
 
+  // Said (and kept) before the choice's measurements: a run stopped during those keeps its rounds.
+  printReport(report, ROUNDS);
+  bench.save({ report });
   const choice = await choiceCost(bench, single, members, SIZES.at(-1), COMPARE);
   await Promise.all([single, ...members].map((child) => child.call('close')));
-  printReport(report, choice, ROUNDS);
-  return { report, choice };
+  printChoice(choice);
+  bench.save({ report, choice });
 }
 
 /**
@@ -208,6 +219,7 @@ async function choiceCost(bench, single, members, jobs, compare) {
         result.orderToTryUs = timeOrderToTry(side.build.orderToTry);
         result.needsOfUs = timeSync(() => side.build.needsOf(WORKFLOW), 200_000);
         result.homesSetUs = timeHomes(side.build.JobHomes);
+        result.freshUs = await timeFreshBurst(side.build, members, WORKFLOW, connectWith);
       }
       measured[name].push(result);
       await resetAll(side.children);
@@ -227,6 +239,7 @@ async function choiceCost(bench, single, members, jobs, compare) {
       orderToTryUs: med(name, 'orderToTryUs'),
       needsOfUs: med(name, 'needsOfUs'),
       homesSetUs: med(name, 'homesSetUs'),
+      freshUs: med(name, 'freshUs'),
       spreads: measured[name].map((r) => r.spread).filter(Boolean),
       rounds: measured[name],
     };
@@ -264,6 +277,31 @@ function timeOrderToTry(orderToTry) {
   return timeSync(() => (turn = orderToTry(views, 'soonest', turn)[0] + 1), 200_000);
 }
 
+/**
+ * CPU µs per choice when CHOICES / 2 msgs ask a pool just made (a deploy) in the same turn, each with its own
+ * signal: before any member's node definitions are read, every choice waits for them.
+ */
+async function timeFreshBurst(build, members, workflow, connectWith) {
+  const connections = members.map((child) => connectWith(build, child.url));
+  const pool = new build.ServerPool(
+    connections.map((connection, index) => ({
+      id: `fresh-${index + 1}`,
+      name: `sandbox ${index + 1}`,
+      connection,
+    })),
+    { strategy: 'soonest' },
+  );
+  await Promise.all(connections.map((connection) => connection.sockets().ready(5000)));
+  const needs = build.needsOf(workflow);
+  const signals = Array.from({ length: CHOICES / 2 }, () => new AbortController().signal);
+  const cpu = process.cpuUsage();
+  await Promise.all(signals.map((signal) => pool.order(needs, undefined, signal)));
+  const used = process.cpuUsage(cpu);
+  await pool.close();
+  await Promise.all(connections.map((connection) => connection.close()));
+  return (used.user + used.system) / signals.length;
+}
+
 /** µs per JobHomes.set (in memory) once it holds as many jobs as it keeps: what each submit costs from then on. */
 function timeHomes(JobHomes) {
   const homes = JobHomes.inMemory();
@@ -284,7 +322,7 @@ function timeSync(work, times) {
   return ((performance.now() - started) * 1000) / times;
 }
 
-function printReport(report, choice, rounds) {
+function printReport(report, rounds) {
   const ratio = (value, base) => `x${(value / base).toFixed(2)}`;
   const perJob = (ms, jobs) => `${((ms / jobs) * 1000).toFixed(0)} µs`;
   const rows = [];
@@ -352,6 +390,16 @@ function printReport(report, choice, rounds) {
         (side) => side.restPerJob,
         (v) => v.toFixed(3),
       ),
+      row(
+        '  queue entries the status checks read, per job',
+        (side) => side.queueEntriesRead / jobs,
+        (v) => v.toFixed(0),
+      ),
+      row(
+        '  journal writes (the pool: its job homes)',
+        (side) => side.journalWrites,
+        (v) => String(v),
+      ),
       ['  sockets open', ...[one, each, pool].map((side) => String(side.sockets)), '', '', ''],
     );
     for (const [index, spread] of spreads.entries())
@@ -383,10 +431,14 @@ function printReport(report, choice, rounds) {
   console.log(line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const r of rows) console.log(line(r));
-  const c = choice;
+}
+
+function printChoice(c) {
+  const ratio = (value, base) => `x${(value / base).toFixed(2)}`;
   const choiceLine = (side, label) =>
     `  ${label}: ServerPool.order ${side.chooseUs.toFixed(2)} µs a call (orderToTry ${side.orderToTryUs.toFixed(3)} µs, ` +
-    `needsOf ${side.needsOfUs.toFixed(2)} µs); a job's home kept (JobHomes.set, once full) ${side.homesSetUs.toFixed(2)} µs; pool.submit CPU ${side.cpuUs.toFixed(0)} µs a submit, ` +
+    `needsOf ${side.needsOfUs.toFixed(2)} µs); a job's home kept (JobHomes.set, once full) ${side.homesSetUs.toFixed(2)} µs; ` +
+    `a burst of ${CHOICES / 2} choices into a pool just made (before it has any member's definitions) ${side.freshUs.toFixed(1)} µs CPU a choice; pool.submit CPU ${side.cpuUs.toFixed(0)} µs a submit, ` +
     `${(side.cpuUs - c.direct.cpuUs).toFixed(0)} µs over one connection's (${ratio(side.cpuUs, c.direct.cpuUs)}), ` +
     `${(side.cpuUs - c.fourInTurn.cpuUs).toFixed(0)} µs over four connections in turn (${ratio(side.cpuUs, c.fourInTurn.cpuUs)}); ` +
     `wall ${side.wallMs.toFixed(0)} ms; spread ${side.spreads.map((counts) => counts.join('/')).join(', ')}`;

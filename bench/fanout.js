@@ -88,6 +88,14 @@ async function runSandbox(v2Mode) {
   // The sandbox's validation needs the workflow's loader inputs only: KSampler takes what it is given here.
   sandbox.generation.definitions.KSampler.input.required = { model: ['MODEL'] };
   sandbox.generation.definitions.SaveImage.input.required = { filename_prefix: ['STRING'] };
+  // The jobs every queue read answered with (each with its workflow: what the reading side parses), counted as
+  // each read comes in.
+  const record = sandbox.counters.record.bind(sandbox.counters);
+  let queueEntriesRead = 0;
+  sandbox.counters.record = (seen) => {
+    if (seen.path === '/api/queue') queueEntriesRead += sandbox.jobs.jobs.size;
+    return record(seen);
+  };
   process.on('message', (message) => {
     const reply = (body) => process.send({ id: message.id, ...body });
     if (message.cmd === 'run') {
@@ -100,7 +108,16 @@ async function runSandbox(v2Mode) {
       const api = sandbox.counters.requests.filter((seen) => seen.path.startsWith('/api/'));
       const isSubmit = (seen) =>
         seen.path === '/api/prompt' || (seen.path === '/api/v2/jobs' && seen.method === 'POST');
+      // Requests besides submits by path (a job's own path as {id}).
+      const byPath = {};
+      for (const seen of api) {
+        if (isSubmit(seen)) continue;
+        const route = seen.path.replace(/^\/api\/(jobs?|history(_v2)?)\/[^/]+/, '/api/$1/{id}');
+        byPath[route] = (byPath[route] ?? 0) + 1;
+      }
       reply({
+        queueEntriesRead,
+        byPath,
         socketsOpened: sandbox.counters.socketsOpened,
         socketsNow: sandbox.events.sockets,
         submits: api.filter(isSubmit).length,
@@ -406,12 +423,14 @@ async function main() {
   if (POOL) {
     const { runPool } = require('./fanout-pool');
     const shared = { startChild, submitAll, median, percentile, KEY, WORKFLOW, SIZES, PROGRESS, COMPARE };
-    const result = await runPool({ ...shared, ROUNDS: ARGS.includes('--rounds') ? ROUNDS : 3 });
-    fs.mkdirSync(path.join(__dirname, 'results'), { recursive: true });
-    fs.writeFileSync(
-      path.join(__dirname, 'results', `fanout-pool${PROGRESS ? '-progress' : ''}.json`),
-      `${JSON.stringify({ date: new Date().toISOString(), node: process.version, ...result }, null, 2)}\n`,
-    );
+    const save = (result) => {
+      fs.mkdirSync(path.join(__dirname, 'results'), { recursive: true });
+      fs.writeFileSync(
+        path.join(__dirname, 'results', `fanout-pool${PROGRESS ? '-progress' : ''}.json`),
+        `${JSON.stringify({ date: new Date().toISOString(), node: process.version, ...result }, null, 2)}\n`,
+      );
+    };
+    await runPool({ ...shared, save, ROUNDS: ARGS.includes('--rounds') ? ROUNDS : 3 });
     return;
   }
   const child = startChild();
