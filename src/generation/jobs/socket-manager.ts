@@ -480,7 +480,9 @@ export class SocketManager {
    * that connection, and no event of it was lost while nobody awaited it (kept-events.ts).
    */
   heardAllSince(promptId: string, epoch: number): boolean {
-    return this.currentState === 'open' && this.epochCount === epoch && !this.subscriptions.lostEvents(promptId);
+    return (
+      this.currentState === 'open' && this.epochCount === epoch && !this.subscriptions.lostEvents(promptId)
+    );
   }
 
   /** Whether events of this job are kept (a new await is replayed them all). */
