@@ -10,7 +10,7 @@ const {
   listRequests,
   flow,
   collect,
-} = require('./automation-support');
+} = require('./support/automation');
 
 const catchNode = coreNode('common/25-catch.js');
 const credentials = { cfg: { apiKey: KEY } };

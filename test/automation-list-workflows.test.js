@@ -12,7 +12,7 @@ const {
   flow,
   collect,
   statuses,
-} = require('./automation-support');
+} = require('./support/automation');
 
 const catchNode = coreNode('common/25-catch.js');
 const joinNode = coreNode('sequence/17-split.js');

@@ -18,7 +18,7 @@ const {
   awaitFlow,
   collect,
   statuses,
-} = require('./socket-support');
+} = require('./support/sockets');
 
 const catchNode = coreNode('common/25-catch.js');
 

@@ -6,7 +6,7 @@ const configNode = require('../dist/nodes/graph-gen-config.js');
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
 const { startSandbox } = require('../dist/sandbox');
 const { SocketManager } = require('../dist/generation/jobs/socket-manager');
-const { KEY, workflow, until, fileNames, coreNode, awaitFlow, collect } = require('./socket-support');
+const { KEY, workflow, until, fileNames, coreNode, awaitFlow, collect } = require('./support/sockets');
 
 const catchNode = coreNode('common/25-catch.js');
 

@@ -13,7 +13,7 @@ const { startSandbox } = require('../dist/sandbox');
 const { GENERATION_LIMITS } = require('../dist/generation/connection');
 const { CONFIG_VERSIONS } = require('../dist/nodes/config-versions');
 const { statuses, textToImage } = require('./support/node-red');
-const { until, collect, withFastSockets } = require('./socket-support');
+const { until, collect, withFastSockets } = require('./support/sockets');
 const { RELEASES, deployFixture, readFixture } = require('./support/config-versions');
 
 const KEY = 'sk-versions-7c1e-secret';

@@ -6,7 +6,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, PARTNER_KEY, flowWith } = require('./gen-helpers');
+const { API_KEY, PARTNER_KEY, flowWith } = require('./support/generation-nodes');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');
 const { DIALOG_DEFINITIONS } = require('../dist/generation/workflows/definitions-cache');

@@ -11,7 +11,7 @@ const WebSocket = require('ws');
 const start = require('../scripts/start.js');
 const { startSandbox } = require('../dist/sandbox');
 const { encodePng } = require('./real/support/png');
-const { until } = require('./socket-support');
+const { until } = require('./support/sockets');
 
 const KEY = 'auth-picture-key-0451';
 const PASSWORD = 'editor-password-7788';

@@ -303,7 +303,7 @@ describe('editor picture: what the await-job and download nodes send to the edit
   const configNode = require('../dist/nodes/graph-gen-config.js');
   const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
   const downloadNode = require('../dist/nodes/graph-gen-download.js');
-  const { KEY, workflow, sleep, until, awaitFlow, collect, withFastSockets } = require('./socket-support');
+  const { KEY, workflow, sleep, until, awaitFlow, collect, withFastSockets } = require('./support/sockets');
   withFastSockets();
   let sandbox;
   let directory;

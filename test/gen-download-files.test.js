@@ -9,7 +9,7 @@ const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, flowWith, load, failureOf, messages, outputOf } = require('./gen-helpers');
+const { API_KEY, flowWith, load, failureOf, messages, outputOf } = require('./support/generation-nodes');
 
 describe('graph-gen-download: file mode, many files and refused places', () => {
   let cloud;

@@ -13,7 +13,7 @@ const {
   failureOf,
   outputOf,
   textOf,
-} = require('./gen-helpers');
+} = require('./support/generation-nodes');
 
 describe('generation REST errors', () => {
   let sandbox;
@@ -68,7 +68,9 @@ describe('generation REST errors', () => {
 
   it('submit: the plain 401 of a wrong key is unauthorized', async () => {
     const flow = flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url });
-    await helper.load(require('./gen-helpers').ALL_NODES, flow, { c: { apiKey: 'wrong-key-xyz' } });
+    await helper.load(require('./support/generation-nodes').ALL_NODES, flow, {
+      c: { apiKey: 'wrong-key-xyz' },
+    });
     const failure = await failureOf('n', { payload: textToImage() });
     assert.equal(failure.error.code, 'unauthorized');
     assert.deepEqual(failure.error.cause.body, {

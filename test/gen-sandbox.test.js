@@ -3,7 +3,7 @@
 // rely on these shapes.
 const assert = require('node:assert/strict');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, textToImage } = require('./gen-helpers');
+const { API_KEY, textToImage } = require('./support/generation-nodes');
 
 describe('generation sandbox REST service', () => {
   let cloud;

@@ -4,8 +4,8 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, ALL_NODES, textToImage, outputOf, nextMessage } = require('./gen-helpers');
-const { statuses, until, withFastSockets } = require('./socket-support');
+const { API_KEY, ALL_NODES, textToImage, outputOf, nextMessage } = require('./support/generation-nodes');
+const { statuses, until, withFastSockets } = require('./support/sockets');
 
 const NODES = ['submit', 'upload', 'download', 'queue'];
 

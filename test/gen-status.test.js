@@ -5,7 +5,15 @@ const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { statuses } = require('./support/node-red');
-const { API_KEY, textToImage, flowWith, load, failureOf, outputOf, messages } = require('./gen-helpers');
+const {
+  API_KEY,
+  textToImage,
+  flowWith,
+  load,
+  failureOf,
+  outputOf,
+  messages,
+} = require('./support/generation-nodes');
 
 describe('generation REST node statuses', () => {
   let sandbox;

@@ -4,7 +4,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, textToImage, flowWith, load, failureOf, outputOf } = require('./gen-helpers');
+const { API_KEY, textToImage, flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
 const objectInfo = require('./fixtures/object_info.json');
 
 /** textToImage with the titles the graph editor's "Export (API)" writes. */

@@ -12,7 +12,7 @@ const {
   failureOf,
   outputOf,
   textOf,
-} = require('./gen-helpers');
+} = require('./support/generation-nodes');
 
 describe('graph-gen-submit', () => {
   let sandbox;

@@ -12,7 +12,15 @@ const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { readUploadSource, DEFAULT_URL_LIMITS } = require('../dist/generation/transfer/upload-source');
 const { isLocalAddress } = require('../dist/generation/transfer/local-address');
-const { API_KEY, PARTNER_KEY, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
+const {
+  API_KEY,
+  PARTNER_KEY,
+  flowWith,
+  load,
+  failureOf,
+  outputOf,
+  textOf,
+} = require('./support/generation-nodes');
 const { statuses } = require('./support/node-red');
 
 const MIB = 1024 * 1024;

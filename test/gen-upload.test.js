@@ -6,7 +6,7 @@ const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, flowWith, load, failureOf, outputOf } = require('./gen-helpers');
+const { API_KEY, flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
 
 describe('graph-gen-upload', () => {
   let sandbox;

@@ -8,8 +8,16 @@ const { describeSubmitProblems } = require('../dist/generation/workflows/workflo
 const { HttpClient } = require('../dist/http/client');
 const { asServiceError } = require('../dist/nodes/node-helpers');
 const { startRogueServer, json } = require('./support/rogue-server');
-const { ALL_NODES, textToImage, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
-const { awaitFlow, collect, sleep, workflow, until } = require('./socket-support');
+const {
+  ALL_NODES,
+  textToImage,
+  flowWith,
+  load,
+  failureOf,
+  outputOf,
+  textOf,
+} = require('./support/generation-nodes');
+const { awaitFlow, collect, sleep, workflow, until } = require('./support/sockets');
 
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
 
@@ -736,7 +744,7 @@ function assertNoPartOf(secret, text) {
 describe('msg values that refer to themselves, or that JSON cannot hold (issue 20)', () => {
   const automationConfig = require('../dist/nodes/automation-config.js');
   const listNode = require('../dist/nodes/automation-list-workflows.js');
-  const { startAutomationSandbox, flow: automationFlow, listRequests } = require('./automation-support');
+  const { startAutomationSandbox, flow: automationFlow, listRequests } = require('./support/automation');
   let sandbox;
   before(async () => {
     await helper.startServer();

@@ -14,8 +14,8 @@ const { GenerationRestClient } = require('../dist/generation/transfer/rest-clien
 const { JobTracker } = require('../dist/generation/jobs/job-tracker');
 const { startSandbox } = require('../dist/sandbox');
 const { startRogueServer, json } = require('./support/rogue-server');
-const { flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
-const { KEY, workflow, until, withFastSockets } = require('./socket-support');
+const { flowWith, load, failureOf, outputOf, textOf } = require('./support/generation-nodes');
+const { KEY, workflow, until, withFastSockets } = require('./support/sockets');
 const { textToImage } = require('./support/node-red');
 
 const TLS = path.join(__dirname, 'fixtures', 'tls');

@@ -10,7 +10,7 @@ const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { JobEvents } = require('../dist/generation/jobs/job-events');
 const { SocketManager } = require('../dist/generation/jobs/socket-manager');
-const { KEY, workflow, sleep, until, collect, statuses } = require('./socket-support');
+const { KEY, workflow, sleep, until, collect, statuses } = require('./support/sockets');
 const { textToImage } = require('./support/node-red');
 
 const NODES = [

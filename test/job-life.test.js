@@ -18,7 +18,7 @@ const {
   awaitFlow,
   collect,
   withFastSockets,
-} = require('./socket-support');
+} = require('./support/sockets');
 const { coreNode, textToImage } = require('./support/node-red');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');

@@ -17,7 +17,7 @@ const {
   awaitFlow,
   collect,
   withFastSockets,
-} = require('./socket-support');
+} = require('./support/sockets');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');

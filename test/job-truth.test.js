@@ -7,7 +7,7 @@ const assert = require('node:assert/strict');
 const http = require('node:http');
 const helper = require('node-red-node-test-helper');
 const { WebSocketServer } = require('ws');
-const { awaitFlow, collect, sleep, until } = require('./socket-support');
+const { awaitFlow, collect, sleep, until } = require('./support/sockets');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');

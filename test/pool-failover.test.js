@@ -10,7 +10,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { JobBook } = require('../dist/generation/jobs/job-book');
-const { sleep, until, collect, withFastSockets } = require('./socket-support');
+const { sleep, until, collect, withFastSockets } = require('./support/sockets');
 const { textToImage } = require('./support/node-red');
 const {
   NODES,

@@ -10,7 +10,7 @@ const { startSandbox } = require('../dist/sandbox');
 const { POOL_TIMINGS } = require('../dist/generation/pool/server-pool');
 const { DIALOG_DEFINITIONS } = require('../dist/generation/workflows/definitions-cache');
 const { JobEvents } = require('../dist/generation/jobs/job-events');
-const { sleep, until, collect, statuses, withFastSockets } = require('./socket-support');
+const { sleep, until, collect, statuses, withFastSockets } = require('./support/sockets');
 const { textToImage } = require('./support/node-red');
 const {
   startMembers,

@@ -4,7 +4,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { KEY, workflow, until, awaitFlow, collect, statuses, withFastSockets } = require('./socket-support');
+const { KEY, workflow, until, awaitFlow, collect, statuses, withFastSockets } = require('./support/sockets');
 const { coreNode } = require('./support/node-red');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');

@@ -19,7 +19,7 @@ const {
   awaitFlow,
   collect,
   withFastSockets,
-} = require('./socket-support');
+} = require('./support/sockets');
 const { coreNode } = require('./support/node-red');
 
 const configNode = require('../dist/nodes/graph-gen-config.js');

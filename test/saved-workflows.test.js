@@ -13,7 +13,7 @@ const {
   savedWorkflowRoute,
   savedWorkflowsOf,
 } = require('../dist/generation/workflows/saved-workflows');
-const { API_KEY, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
+const { API_KEY, flowWith, load, failureOf, outputOf, textOf } = require('./support/generation-nodes');
 const configNode = require('../dist/nodes/graph-gen-config.js');
 const objectInfo = require('./fixtures/object_info.json');
 

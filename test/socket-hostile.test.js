@@ -10,8 +10,8 @@ const { WebSocketServer } = require('ws');
 const { startSandbox } = require('../dist/sandbox');
 const { JobBook } = require('../dist/generation/jobs/job-book');
 const { FrameReader, MAX_EXECUTING } = require('../dist/generation/jobs/frame-reader');
-const { ALL_NODES, textOf } = require('./gen-helpers');
-const { KEY, awaitFlow, collect, sleep, until, workflow, withFastSockets } = require('./socket-support');
+const { ALL_NODES, textOf } = require('./support/generation-nodes');
+const { KEY, awaitFlow, collect, sleep, until, workflow, withFastSockets } = require('./support/sockets');
 
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
 

@@ -5,7 +5,7 @@ const assert = require('node:assert/strict');
 const { startSandbox } = require('../dist/sandbox');
 const { GenerationConnection } = require('../dist/generation/connection');
 const { JobTracker } = require('../dist/generation/jobs/job-tracker');
-const { KEY, workflow, sleep, until, fileNames, withFastSockets } = require('./socket-support');
+const { KEY, workflow, sleep, until, fileNames, withFastSockets } = require('./support/sockets');
 
 const fastPolls = { pollInitialMs: 50, pollMaxMs: 200, queueFreshMs: 0 };
 

@@ -6,7 +6,7 @@ const { fork } = require('node:child_process');
 const { startSandbox } = require('../dist/sandbox');
 const { SocketManager, socketAddress } = require('../dist/generation/jobs/socket-manager');
 const { encodePreview, encodeText, encodePreviewWithMetadata } = require('../dist/generation/jobs/frames');
-const { KEY, workflow, sleep, until } = require('./socket-support');
+const { KEY, workflow, sleep, until } = require('./support/sockets');
 
 const fast = { backoffBaseMs: 20, backoffMaxMs: 200, stableMs: 60_000, pingIntervalMs: 30_000, graceMs: 50 };
 

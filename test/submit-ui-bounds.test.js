@@ -5,7 +5,7 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
-const { flowWith, load, failureOf, outputOf } = require('./gen-helpers');
+const { flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
 
 const UI_WORKFLOW = require('./fixtures/ui/checkpoint-prompt.json');
 

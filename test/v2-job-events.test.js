@@ -14,7 +14,7 @@ const {
   V2JobWatch,
   SUBMIT_ANSWER_GRACE_MS,
 } = require('../dist/generation/dialects/comfy-api-v2/v2-job-watch');
-const { sleep, until, collect, statuses } = require('./socket-support');
+const { sleep, until, collect, statuses } = require('./support/sockets');
 const { textToImage } = require('./support/node-red');
 
 const NODES = [

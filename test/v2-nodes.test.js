@@ -13,7 +13,7 @@ const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../dist/sandbox');
 const { V2EventStreams } = require('../dist/generation/dialects/comfy-api-v2/v2-event-streams');
 const { coreNode, statuses, textToImage } = require('./support/node-red');
-const { textOf } = require('./gen-helpers');
+const { textOf } = require('./support/generation-nodes');
 
 const NODES = [
   require('../dist/nodes/graph-gen-config.js'),

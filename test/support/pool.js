@@ -10,7 +10,7 @@ const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../../dist/sandbox');
 const { sandboxControlNodes } = require('../../dist/sandbox/v2-service');
 const { coreNode } = require('./node-red');
-const { collect, until } = require('../socket-support');
+const { collect, until } = require('./sockets');
 
 const NODES = [
   require('../../dist/nodes/graph-gen-config.js'),

@@ -1,5 +1,5 @@
 'use strict';
-const { coreNode, statuses } = require('./support/node-red');
+const { coreNode, statuses } = require('./node-red');
 // Shared by the socket-* and await-* tests: workflows the sandbox's event runner understands, a flow with
 // an await-job node, and waits for what a user sees (msgs on each output, Catch msgs, statuses).
 const helper = require('node-red-node-test-helper');
@@ -93,7 +93,7 @@ function collect(id) {
  * list's items (anything with `close()`) are closed after each test, last first.
  */
 function withFastSockets() {
-  const { SocketManager } = require('../dist/generation/jobs/socket-manager');
+  const { SocketManager } = require('../../dist/generation/jobs/socket-manager');
   const open = [];
   let saved;
   before(() => {

@@ -1,10 +1,10 @@
 'use strict';
-const { coreNode, statuses } = require('./support/node-red');
+const { coreNode, statuses } = require('./node-red');
 // Shared by the automation test files: a sandbox with only the automation service, a flow builder, and
 // waits for what a user would see (messages on a wire, Catch node messages, node statuses).
 const helper = require('node-red-node-test-helper');
-const { SandboxServer } = require('../dist/sandbox/server');
-const { mountAutomationService } = require('../dist/sandbox/automation-service');
+const { SandboxServer } = require('../../dist/sandbox/server');
+const { mountAutomationService } = require('../../dist/sandbox/automation-service');
 
 const KEY = 'auto-secret-key-123';
 

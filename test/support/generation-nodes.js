@@ -1,14 +1,14 @@
 'use strict';
-const { coreNode, textToImage } = require('./support/node-red');
+const { coreNode, textToImage } = require('./node-red');
 // Shared by the generation REST tests (test/gen-*.test.js): node modules to load, a text-to-image workflow
 // the sandbox accepts, and small flow builders.
 const helper = require('node-red-node-test-helper');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const uploadNode = require('../dist/nodes/graph-gen-upload.js');
-const submitNode = require('../dist/nodes/graph-gen-submit.js');
-const downloadNode = require('../dist/nodes/graph-gen-download.js');
-const queueNode = require('../dist/nodes/graph-gen-queue.js');
+const configNode = require('../../dist/nodes/graph-gen-config.js');
+const uploadNode = require('../../dist/nodes/graph-gen-upload.js');
+const submitNode = require('../../dist/nodes/graph-gen-submit.js');
+const downloadNode = require('../../dist/nodes/graph-gen-download.js');
+const queueNode = require('../../dist/nodes/graph-gen-queue.js');
 const catchNode = coreNode('common/25-catch.js');
 const ALL_NODES = [configNode, uploadNode, submitNode, downloadNode, queueNode, catchNode];
 
