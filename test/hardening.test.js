@@ -682,7 +682,8 @@ describe('hardening', () => {
   describe('uploads and the request time limit', () => {
     it('an upload the service stops reading is cut by the time limit (counted while nothing moves); its answer is still limited', async () => {
       // The service reads nothing for 1.5 s, three times the limit: 32 MiB cannot all wait in the sockets'
-      // buffers, so nothing moves. (One it reads steadily, however long, is not cut: http-outgoing.test.js.)
+      // buffers, so nothing moves. (One it reads steadily, however long, is not cut:
+      // test/http/http-outgoing.test.js.)
       rogue.handle = (req, res) => {
         req.pause();
         setTimeout(() => {

@@ -3,9 +3,14 @@
 // dialog (addresses whole), shortenSignedAddresses for what users are told about a failure, holdsSecret on
 // parsed values, none of them recursive. Then HttpClient against a server of ours that echoes the key.
 const assert = require('node:assert/strict');
-const { cleanForReport, holdsSecret, removeSecrets, shortenSignedAddresses } = require('../dist/http/errors');
-const { HttpClient } = require('../dist/http/client');
-const { startRogueServer } = require('./support/rogue-server');
+const {
+  cleanForReport,
+  holdsSecret,
+  removeSecrets,
+  shortenSignedAddresses,
+} = require('../../dist/http/errors');
+const { HttpClient } = require('../../dist/http/client');
+const { startRogueServer } = require('../support/rogue-server');
 
 /** A value nested `depth` deep, `leaf` at the bottom: `{a: [{a: [... leaf]}]}`. */
 function nested(depth, leaf) {

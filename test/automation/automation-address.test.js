@@ -1,6 +1,6 @@
 'use strict';
 const assert = require('node:assert/strict');
-const { automationBaseUrl, normalisePathPrefix } = require('../dist/automation/address');
+const { automationBaseUrl, normalisePathPrefix } = require('../../dist/automation/address');
 
 describe('automation-config address building', () => {
   it('gives one address for every spelling of a path prefix', () => {

@@ -1,6 +1,6 @@
 'use strict';
 const assert = require('node:assert/strict');
-const { Counters } = require('../dist/sandbox/server');
+const { Counters } = require('../../dist/sandbox/server');
 
 describe('sandbox counters', () => {
   it('keep only the latest requests, so a long-running sandbox stays small', () => {

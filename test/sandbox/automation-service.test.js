@@ -3,7 +3,7 @@
 // rely on it mean something.
 const assert = require('node:assert/strict');
 const { request } = require('undici');
-const { KEY, startAutomationSandbox } = require('./support/automation');
+const { KEY, startAutomationSandbox } = require('../support/automation');
 
 describe('automation sandbox service', () => {
   let sandbox;

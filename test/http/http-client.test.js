@@ -1,7 +1,7 @@
 'use strict';
 const assert = require('node:assert/strict');
-const { HttpClient } = require('../dist/http/client');
-const { SandboxServer } = require('../dist/sandbox/server');
+const { HttpClient } = require('../../dist/http/client');
+const { SandboxServer } = require('../../dist/sandbox/server');
 
 describe('http client', () => {
   let server;

@@ -1,8 +1,8 @@
 'use strict';
 // The sandbox as a process of its own (dist/sandbox/cli.js), as `npm start` and the browser tests run it.
 const assert = require('node:assert');
-const { parseCliOptions } = require('../dist/sandbox/cli');
-const { startSandboxProcess, stopProcesses } = require('../scripts/start.js');
+const { parseCliOptions } = require('../../dist/sandbox/cli');
+const { startSandboxProcess, stopProcesses } = require('../../scripts/start.js');
 
 describe('sandbox CLI', function () {
   it('reads its options from arguments first, then the environment', () => {

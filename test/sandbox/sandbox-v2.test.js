@@ -5,8 +5,8 @@ const assert = require('node:assert/strict');
 const http = require('node:http');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
-const { startSandbox } = require('../dist/sandbox');
-const { parseCliOptions } = require('../dist/sandbox/cli');
+const { startSandbox } = require('../../dist/sandbox');
+const { parseCliOptions } = require('../../dist/sandbox/cli');
 
 const TOKEN = 'v2-sandbox-token';
 const AUTH = { authorization: `Bearer ${TOKEN}` };
@@ -1074,7 +1074,7 @@ describe('sandbox in Comfy API v2 mode', function () {
     );
     const child = spawn(
       process.execPath,
-      [path.join(__dirname, '..', 'dist', 'sandbox', 'cli.js'), '--dialect', 'comfy-api-v2'],
+      [path.join(__dirname, '..', '..', 'dist', 'sandbox', 'cli.js'), '--dialect', 'comfy-api-v2'],
       { env: { ...process.env, SANDBOX_TOKEN: TOKEN }, stdio: ['ignore', 'pipe', 'inherit'] },
     );
     try {

@@ -2,8 +2,8 @@
 // The generation sandbox's REST side behaves as real deployments do: the other tests (and the socket work)
 // rely on these shapes.
 const assert = require('node:assert/strict');
-const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, textToImage } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { API_KEY, textToImage } = require('../support/generation-nodes');
 
 describe('generation sandbox REST service', () => {
   let cloud;

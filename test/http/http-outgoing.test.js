@@ -8,17 +8,17 @@ const fs = require('node:fs');
 const https = require('node:https');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { HttpClient } = require('../dist/http/client');
-const { GenerationConnection } = require('../dist/generation/connection');
-const { GenerationRestClient } = require('../dist/generation/transfer/rest-client');
-const { JobTracker } = require('../dist/generation/jobs/job-tracker');
-const { startSandbox } = require('../dist/sandbox');
-const { startRogueServer, json } = require('./support/rogue-server');
-const { flowWith, load, failureOf, outputOf, textOf } = require('./support/generation-nodes');
-const { KEY, workflow, until, withFastSockets } = require('./support/sockets');
-const { textToImage } = require('./support/node-red');
+const { HttpClient } = require('../../dist/http/client');
+const { GenerationConnection } = require('../../dist/generation/connection');
+const { GenerationRestClient } = require('../../dist/generation/transfer/rest-client');
+const { JobTracker } = require('../../dist/generation/jobs/job-tracker');
+const { startSandbox } = require('../../dist/sandbox');
+const { startRogueServer, json } = require('../support/rogue-server');
+const { flowWith, load, failureOf, outputOf, textOf } = require('../support/generation-nodes');
+const { KEY, workflow, until, withFastSockets } = require('../support/sockets');
+const { textToImage } = require('../support/node-red');
 
-const TLS = path.join(__dirname, 'fixtures', 'tls');
+const TLS = path.join(__dirname, '..', 'fixtures', 'tls');
 const NO_RETRY = { attempts: 1, baseDelayMs: 0, maxDelayMs: 0 };
 const FOX = { filename: 'fox.png', subfolder: '', type: 'output' };
 

@@ -4,10 +4,10 @@
 // 403 names the scheme that was refused, and no secret is ever echoed.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { Credential } = require('../dist/http/auth');
-const { GenerationConnection } = require('../dist/generation/connection');
-const { API_KEY, flowWith, load, failureOf, outputOf, textOf } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { Credential } = require('../../dist/http/auth');
+const { GenerationConnection } = require('../../dist/generation/connection');
+const { API_KEY, flowWith, load, failureOf, outputOf, textOf } = require('../support/generation-nodes');
 
 const TOKEN = 'tok-0a9f7e-secret';
 const PASSWORD = 'pw-3c5d1b-secret';

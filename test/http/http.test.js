@@ -1,7 +1,7 @@
 'use strict';
 const assert = require('node:assert/strict');
-const { codeForStatus, messageFromBody, ServiceError } = require('../dist/http/errors');
-const { parseRetryAfter, backoffDelay, withRetry } = require('../dist/http/retry');
+const { codeForStatus, messageFromBody, ServiceError } = require('../../dist/http/errors');
+const { parseRetryAfter, backoffDelay, withRetry } = require('../../dist/http/retry');
 
 describe('http errors', () => {
   it('maps each HTTP status to the contract code', () => {

@@ -9,11 +9,11 @@ const http = require('node:http');
 const net = require('node:net');
 const tls = require('node:tls');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { proxyFor, proxyFromEnvironment, proxyFromNode } = require('../dist/http/proxy');
-const { coreNode } = require('./support/node-red');
-const { ALL_NODES, API_KEY, flowWith, failureOf, outputOf, textOf } = require('./support/generation-nodes');
-const { workFolder, makeCertificates } = require('./real/support/protected-servers');
+const { startSandbox } = require('../../dist/sandbox');
+const { proxyFor, proxyFromEnvironment, proxyFromNode } = require('../../dist/http/proxy');
+const { coreNode } = require('../support/node-red');
+const { ALL_NODES, API_KEY, flowWith, failureOf, outputOf, textOf } = require('../support/generation-nodes');
+const { workFolder, makeCertificates } = require('../real/support/protected-servers');
 
 const NODES = [...ALL_NODES, coreNode('network/05-tls.js'), coreNode('network/06-httpproxy.js')];
 const PROXY_PASSWORD = 'proxy-pw-77e1-secret';
