@@ -2,10 +2,10 @@
 // Job tracking over the socket manager against the sandbox, without Node-RED: routing as self-hosted and
 // cloud servers do it, polling when the socket cannot be had, the REST fallbacks for missed outputs.
 const assert = require('node:assert/strict');
-const { startSandbox } = require('../dist/sandbox');
-const { GenerationConnection } = require('../dist/generation/connection');
-const { JobTracker } = require('../dist/generation/jobs/job-tracker');
-const { KEY, workflow, sleep, until, fileNames, withFastSockets } = require('./support/sockets');
+const { startSandbox } = require('../../../dist/sandbox');
+const { GenerationConnection } = require('../../../dist/generation/connection');
+const { JobTracker } = require('../../../dist/generation/jobs/job-tracker');
+const { KEY, workflow, sleep, until, fileNames, withFastSockets } = require('../../support/sockets');
 
 const fastPolls = { pollInitialMs: 50, pollMaxMs: 200, queueFreshMs: 0 };
 

@@ -7,13 +7,13 @@ const assert = require('node:assert/strict');
 const http = require('node:http');
 const helper = require('node-red-node-test-helper');
 const { WebSocketServer } = require('ws');
-const { startSandbox } = require('../dist/sandbox');
-const { JobBook } = require('../dist/generation/jobs/job-book');
-const { FrameReader, MAX_EXECUTING } = require('../dist/generation/jobs/frame-reader');
-const { ALL_NODES, textOf } = require('./support/generation-nodes');
-const { KEY, awaitFlow, collect, sleep, until, workflow, withFastSockets } = require('./support/sockets');
+const { startSandbox } = require('../../../dist/sandbox');
+const { JobBook } = require('../../../dist/generation/jobs/job-book');
+const { FrameReader, MAX_EXECUTING } = require('../../../dist/generation/jobs/frame-reader');
+const { ALL_NODES, textOf } = require('../../support/generation-nodes');
+const { KEY, awaitFlow, collect, sleep, until, workflow, withFastSockets } = require('../../support/sockets');
 
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const awaitNode = require('../../../dist/nodes/graph-gen-await-job.js');
 
 describe('socket frames from a hostile server', () => {
   withFastSockets();

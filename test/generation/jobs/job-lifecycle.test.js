@@ -5,9 +5,9 @@
 // behaviours against the real server.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { GenerationConnection } = require('../dist/generation/connection');
-const { JobTracker } = require('../dist/generation/jobs/job-tracker');
+const { startSandbox } = require('../../../dist/sandbox');
+const { GenerationConnection } = require('../../../dist/generation/connection');
+const { JobTracker } = require('../../../dist/generation/jobs/job-tracker');
 const {
   KEY,
   workflow,
@@ -17,12 +17,12 @@ const {
   awaitFlow,
   collect,
   withFastSockets,
-} = require('./support/sockets');
+} = require('../../support/sockets');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
-const queueNode = require('../dist/nodes/graph-gen-queue.js');
-const { coreNode } = require('./support/node-red');
+const configNode = require('../../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../../dist/nodes/graph-gen-await-job.js');
+const queueNode = require('../../../dist/nodes/graph-gen-queue.js');
+const { coreNode } = require('../../support/node-red');
 
 const HANG = { 9: { class_type: 'SandboxHang', inputs: {} } };
 

@@ -3,15 +3,15 @@
 const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const { PassThrough, Readable } = require('node:stream');
-const { readMultipart } = require('../dist/sandbox/multipart');
-const { multipartBody } = require('../dist/generation/transfer/multipart-body');
+const { readMultipart } = require('../../dist/sandbox/multipart');
+const { multipartBody } = require('../../dist/generation/transfer/multipart-body');
 const {
   describeSubmitProblems,
   applyOverrides,
   validateWorkflow,
-} = require('../dist/generation/workflows/workflow');
-const { referencesOf, targetPath } = require('../dist/generation/transfer/downloads');
-const { promptIdOfQueueElement } = require('../dist/generation/transfer/rest-client');
+} = require('../../dist/generation/workflows/workflow');
+const { referencesOf, targetPath } = require('../../dist/generation/transfer/downloads');
+const { promptIdOfQueueElement } = require('../../dist/generation/transfer/rest-client');
 
 describe('generation REST pieces', () => {
   describe('multipart body and the sandbox reader', () => {
@@ -164,7 +164,7 @@ describe('generation REST pieces', () => {
 });
 
 describe('Limiter', () => {
-  const { Limiter } = require('../dist/generation/jobs/limiter');
+  const { Limiter } = require('../../dist/generation/jobs/limiter');
 
   it('runs at most its concurrency at a time, the rest in arrival order, and survives a failing task', async () => {
     const limiter = new Limiter(3);
@@ -193,7 +193,7 @@ describe('Limiter', () => {
 });
 
 describe('RecentMap (the ended jobs and the cancels a config node remembers)', () => {
-  const { RecentMap } = require('../dist/generation/jobs/recent-map');
+  const { RecentMap } = require('../../dist/generation/jobs/recent-map');
 
   it('remembers at least its capacity of the latest keys, at most twice it, and a key set again is recent', () => {
     const recent = new RecentMap(100);

@@ -6,20 +6,20 @@
 // sandbox over HTTP.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
+const { startSandbox } = require('../../../dist/sandbox');
 const {
   SAVED_WORKFLOW_LIMITS,
   checkedWorkflowName,
   savedWorkflowRoute,
   savedWorkflowsOf,
-} = require('../dist/generation/workflows/saved-workflows');
-const { API_KEY, flowWith, load, failureOf, outputOf, textOf } = require('./support/generation-nodes');
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const objectInfo = require('./fixtures/object_info.json');
+} = require('../../../dist/generation/workflows/saved-workflows');
+const { API_KEY, flowWith, load, failureOf, outputOf, textOf } = require('../../support/generation-nodes');
+const configNode = require('../../../dist/nodes/graph-gen-config.js');
+const objectInfo = require('../../fixtures/object_info.json');
 
 /** The image-chain graph as the server's page saves it (UI format), and what the server runs of it. */
-const uiChain = () => structuredClone(require('./fixtures/ui/image-chain.json'));
-const apiChain = () => structuredClone(require('./fixtures/ui/image-chain.expected.json'));
+const uiChain = () => structuredClone(require('../../fixtures/ui/image-chain.json'));
+const apiChain = () => structuredClone(require('../../fixtures/ui/image-chain.expected.json'));
 /** Node types of image-chain the sandbox's object_info lacks. */
 const CHAIN_TYPES = {
   EmptyImage: objectInfo.EmptyImage,

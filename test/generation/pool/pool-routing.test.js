@@ -2,12 +2,12 @@
 // The pool's pure parts (src/generation/pool/): the order members are tried in (pool-routing.ts orderToTry, for
 // each strategy: who is up, able, with fewest jobs ahead, ties in turns) and what a workflow needs of a server and
 // what one server lacks of it (needs.ts needsOf/lacksOf), against the sandbox's node definitions as a server
-// answers them. The pool's behaviour with real servers is test/pool.test.js and test/pool-failover.test.js.
+// answers them. The pool's behaviour with real servers is pool.test.js and pool-failover.test.js beside it.
 const assert = require('node:assert/strict');
-const { orderToTry, strategyOf, POOL_STRATEGIES } = require('../dist/generation/pool/pool-routing');
-const { needsOf, lacksOf } = require('../dist/generation/pool/needs');
-const { defaultNodeDefinitions } = require('../dist/sandbox/generation-service');
-const { textToImage } = require('./support/node-red');
+const { orderToTry, strategyOf, POOL_STRATEGIES } = require('../../../dist/generation/pool/pool-routing');
+const { needsOf, lacksOf } = require('../../../dist/generation/pool/needs');
+const { defaultNodeDefinitions } = require('../../../dist/sandbox/generation-service');
+const { textToImage } = require('../../support/node-red');
 
 /** A member as the pool sees it: up, able, nothing ahead unless said. */
 const view = (ahead = 0, reachability = 'up', able = true) => ({ reachability, able, ahead });

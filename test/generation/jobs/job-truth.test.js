@@ -7,11 +7,11 @@ const assert = require('node:assert/strict');
 const http = require('node:http');
 const helper = require('node-red-node-test-helper');
 const { WebSocketServer } = require('ws');
-const { awaitFlow, collect, sleep, until } = require('./support/sockets');
+const { awaitFlow, collect, sleep, until } = require('../../support/sockets');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
-const queueNode = require('../dist/nodes/graph-gen-queue.js');
+const configNode = require('../../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../../dist/nodes/graph-gen-await-job.js');
+const queueNode = require('../../../dist/nodes/graph-gen-queue.js');
 const NODES = [configNode, awaitNode, queueNode];
 
 /**

@@ -5,10 +5,10 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const WebSocket = require('ws');
-const { startSandbox } = require('../dist/sandbox');
-const { GenerationConnection } = require('../dist/generation/connection');
-const { JobTracker } = require('../dist/generation/jobs/job-tracker');
-const { JobBook } = require('../dist/generation/jobs/job-book');
+const { startSandbox } = require('../../../dist/sandbox');
+const { GenerationConnection } = require('../../../dist/generation/connection');
+const { JobTracker } = require('../../../dist/generation/jobs/job-tracker');
+const { JobBook } = require('../../../dist/generation/jobs/job-book');
 const {
   KEY,
   workflow,
@@ -18,13 +18,13 @@ const {
   awaitFlow,
   collect,
   withFastSockets,
-} = require('./support/sockets');
-const { coreNode, textToImage } = require('./support/node-red');
+} = require('../../support/sockets');
+const { coreNode, textToImage } = require('../../support/node-red');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
-const queueNode = require('../dist/nodes/graph-gen-queue.js');
-const submitNode = require('../dist/nodes/graph-gen-submit.js');
+const configNode = require('../../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../../dist/nodes/graph-gen-await-job.js');
+const queueNode = require('../../../dist/nodes/graph-gen-queue.js');
+const submitNode = require('../../../dist/nodes/graph-gen-submit.js');
 const catchNode = coreNode('common/25-catch.js');
 
 const HANG = { 9: { class_type: 'SandboxHang', inputs: {} } };

@@ -3,10 +3,14 @@ const assert = require('node:assert/strict');
 const net = require('node:net');
 const path = require('node:path');
 const { fork } = require('node:child_process');
-const { startSandbox } = require('../dist/sandbox');
-const { SocketManager, socketAddress } = require('../dist/generation/jobs/socket-manager');
-const { encodePreview, encodeText, encodePreviewWithMetadata } = require('../dist/generation/jobs/frames');
-const { KEY, workflow, sleep, until } = require('./support/sockets');
+const { startSandbox } = require('../../../dist/sandbox');
+const { SocketManager, socketAddress } = require('../../../dist/generation/jobs/socket-manager');
+const {
+  encodePreview,
+  encodeText,
+  encodePreviewWithMetadata,
+} = require('../../../dist/generation/jobs/frames');
+const { KEY, workflow, sleep, until } = require('../../support/sockets');
 
 const fast = { backoffBaseMs: 20, backoffMaxMs: 200, stableMs: 60_000, pingIntervalMs: 30_000, graceMs: 50 };
 
@@ -221,7 +225,7 @@ describe('socket manager', () => {
   it('reads a flood of frames a turn of the event loop at a time: what waits for the next turn is not held up behind it', async () => {
     // The flood comes from another process, as a server's does, so it arrives while this one reads.
     const total = 30_000;
-    const server = fork(path.join(__dirname, 'support', 'flood-server.js'), [String(total)]);
+    const server = fork(path.join(__dirname, '..', '..', 'support', 'flood-server.js'), [String(total)]);
     const port = await new Promise((resolve) => server.once('message', resolve));
     try {
       const sockets = manager({ baseUrl: `http://127.0.0.1:${port}` });

@@ -5,9 +5,9 @@ const {
   encodePreview,
   encodeText,
   encodePreviewWithMetadata,
-} = require('../dist/generation/jobs/frames');
-const { phaseOfStatus, isTerminal } = require('../dist/generation/jobs/status-words');
-const { mergeOutput, filesOf } = require('../dist/generation/jobs/job-outputs');
+} = require('../../../dist/generation/jobs/frames');
+const { phaseOfStatus, isTerminal } = require('../../../dist/generation/jobs/status-words');
+const { mergeOutput, filesOf } = require('../../../dist/generation/jobs/job-outputs');
 
 const PNG = Buffer.from('89504e470d0a1a0a0000', 'hex');
 const JPEG = Buffer.from('ffd8ffe000104a464946', 'hex');

@@ -9,10 +9,10 @@
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const { setTimeout: delay } = require('node:timers/promises');
-const { HttpClient } = require('../dist/http/client');
-const { Credential } = require('../dist/http/auth');
-const { V2EventStreams } = require('../dist/generation/dialects/comfy-api-v2/v2-event-streams');
-const { JobLife } = require('../dist/generation/jobs/job-life');
+const { HttpClient } = require('../../../../dist/http/client');
+const { Credential } = require('../../../../dist/http/auth');
+const { V2EventStreams } = require('../../../../dist/generation/dialects/comfy-api-v2/v2-event-streams');
+const { JobLife } = require('../../../../dist/generation/jobs/job-life');
 
 const TOKEN = 'comfy-v2-test-key-5f0e';
 const JPEG = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 0x4a, 0x46, 0x49, 0x46, 0x00, 0x01]);

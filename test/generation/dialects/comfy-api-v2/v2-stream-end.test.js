@@ -7,8 +7,8 @@
 const assert = require('node:assert/strict');
 const http = require('node:http');
 const { setTimeout: delay } = require('node:timers/promises');
-const { GenerationConnection } = require('../dist/generation/connection');
-const { JobTracker } = require('../dist/generation/jobs/job-tracker');
+const { GenerationConnection } = require('../../../../dist/generation/connection');
+const { JobTracker } = require('../../../../dist/generation/jobs/job-tracker');
 
 const TOKEN = 'v2-stream-end-token';
 const JOB = '6f1c2d3e-0000-4000-8000-00000000a001';

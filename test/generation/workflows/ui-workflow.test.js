@@ -2,18 +2,18 @@
 // Node definitions as the graph editor reads them, and UI-format workflows converted to API format with them.
 // object_info.json is GET /api/object_info of the real ComfyUI v0.8.0 (trimmed to the classes used here).
 const assert = require('node:assert/strict');
-const objectInfo = require('./fixtures/object_info.json');
+const objectInfo = require('../../fixtures/object_info.json');
 const {
   inputSpecsOf,
   displayNameOf,
   outputTypesOf,
-} = require('../dist/generation/workflows/node-definitions');
-const { convertUiWorkflow, isUiWorkflow } = require('../dist/generation/workflows/ui-workflow');
+} = require('../../../dist/generation/workflows/node-definitions');
+const { convertUiWorkflow, isUiWorkflow } = require('../../../dist/generation/workflows/ui-workflow');
 const {
   resolveDynamicPrompt,
   MAX_DYNAMIC_PROMPT_CHARS,
   MAX_DYNAMIC_PROMPT_DEPTH,
-} = require('../dist/generation/workflows/dynamic-prompt');
+} = require('../../../dist/generation/workflows/dynamic-prompt');
 
 describe('node definitions', () => {
   const specsOf = (classType) => inputSpecsOf(objectInfo[classType]);
@@ -129,8 +129,8 @@ describe('node definitions', () => {
 });
 
 describe('UI-format workflows', () => {
-  const fixture = (name) => structuredClone(require(`./fixtures/ui/${name}.json`));
-  const expected = (name) => require(`./fixtures/ui/${name}.expected.json`);
+  const fixture = (name) => structuredClone(require(`../../fixtures/ui/${name}.json`));
+  const expected = (name) => require(`../../fixtures/ui/${name}.expected.json`);
   const definitionOf = (classType) => objectInfo[classType];
   const convert = (ui, definitions = definitionOf, options) => convertUiWorkflow(ui, definitions, options);
   const nodeOf = (ui, id) => ui.nodes.find((node) => node.id === id);

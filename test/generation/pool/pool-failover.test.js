@@ -9,9 +9,9 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { JobBook } = require('../dist/generation/jobs/job-book');
-const { sleep, until, collect, withFastSockets } = require('./support/sockets');
-const { textToImage } = require('./support/node-red');
+const { JobBook } = require('../../../dist/generation/jobs/job-book');
+const { sleep, until, collect, withFastSockets } = require('../../support/sockets');
+const { textToImage } = require('../../support/node-red');
 const {
   NODES,
   poolFlow,
@@ -24,7 +24,7 @@ const {
   whereIs,
   submitThrough,
   catalogHas,
-} = require('./support/pool');
+} = require('../../support/pool');
 
 const IDS = ['ca', 'cb', 'cc'];
 const NAMES = ['A', 'B', 'C'];

@@ -2,16 +2,16 @@
 // The server pool (issue 29) in a real Node-RED against three sandboxes: where jobs go (fewest jobs ahead, what
 // each server can run, ties in turns, the three strategies), a job's inputs and its later calls kept on its server
 // (upload -> submit -> await -> download, msg.server), the queue and job events across members, and the statuses
-// that count the members up. Failover, lost jobs and restarts are test/pool-failover.test.js; the pure choice is
-// test/pool-routing.test.js. Past 400 lines: a test per rule of the issue, all on one flow and its three servers.
+// that count the members up. Failover, lost jobs and restarts are pool-failover.test.js beside this file; the pure
+// choice is pool-routing.test.js. Past 400 lines: a test per rule of the issue, all on one flow and its three servers.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { POOL_TIMINGS } = require('../dist/generation/pool/server-pool');
-const { DIALOG_DEFINITIONS } = require('../dist/generation/workflows/definitions-cache');
-const { JobEvents } = require('../dist/generation/jobs/job-events');
-const { sleep, until, collect, statuses, withFastSockets } = require('./support/sockets');
-const { textToImage } = require('./support/node-red');
+const { startSandbox } = require('../../../dist/sandbox');
+const { POOL_TIMINGS } = require('../../../dist/generation/pool/server-pool');
+const { DIALOG_DEFINITIONS } = require('../../../dist/generation/workflows/definitions-cache');
+const { JobEvents } = require('../../../dist/generation/jobs/job-events');
+const { sleep, until, collect, statuses, withFastSockets } = require('../../support/sockets');
+const { textToImage } = require('../../support/node-red');
 const {
   startMembers,
   closeMembers,
@@ -22,7 +22,7 @@ const {
   whereIs,
   submitThrough,
   catalogHas,
-} = require('./support/pool');
+} = require('../../support/pool');
 
 /** Another program's client id: no socket of this Node-RED hears its jobs' events. */
 const OTHER = 'another-program';

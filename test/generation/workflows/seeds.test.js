@@ -6,8 +6,8 @@ const {
   randomSeed,
   seedInputsByName,
   seedInputsOf,
-} = require('../dist/generation/workflows/workflow');
-const objectInfo = require('./fixtures/object_info.json');
+} = require('../../../dist/generation/workflows/workflow');
+const objectInfo = require('../../fixtures/object_info.json');
 
 describe('new seeds', () => {
   it("takes a real server's seed inputs with ranges JSON numbers hold exactly (2^64 - 1 and -2^63 clamped)", () => {
