@@ -1,7 +1,7 @@
 'use strict';
 const { coreNode, textToImage } = require('./node-red');
-// Shared by the generation REST tests (test/gen-*.test.js): node modules to load, a text-to-image workflow
-// the sandbox accepts, and small flow builders.
+// Shared by the generation REST tests (test/nodes/gen-*.test.js and others): node modules to load, a
+// text-to-image workflow the sandbox accepts, and small flow builders.
 const helper = require('node-red-node-test-helper');
 
 const configNode = require('../../dist/nodes/graph-gen-config.js');

@@ -5,8 +5,8 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { API_KEY, flowWith, load, failureOf, outputOf } = require('../support/generation-nodes');
 
 describe('graph-gen-upload', () => {
   let sandbox;

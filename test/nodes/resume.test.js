@@ -7,10 +7,10 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { Journal } = require('../dist/persist/journal');
-const { keptMessage, restoredMessage, KEPT_BUFFER_BYTES } = require('../dist/generation/jobs/kept-awaits');
-const { MAX_LINE_BYTES } = require('../dist/persist/journal');
+const { startSandbox } = require('../../dist/sandbox');
+const { Journal } = require('../../dist/persist/journal');
+const { keptMessage, restoredMessage, KEPT_BUFFER_BYTES } = require('../../dist/generation/jobs/kept-awaits');
+const { MAX_LINE_BYTES } = require('../../dist/persist/journal');
 const {
   workflow,
   sleep,
@@ -19,11 +19,11 @@ const {
   awaitFlow,
   collect,
   withFastSockets,
-} = require('./support/sockets');
-const { coreNode } = require('./support/node-red');
+} = require('../support/sockets');
+const { coreNode } = require('../support/node-red');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const configNode = require('../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../dist/nodes/graph-gen-await-job.js');
 const catchNode = coreNode('common/25-catch.js');
 const NODES = [configNode, awaitNode, catchNode];
 

@@ -2,15 +2,15 @@
 // Config versions (src/nodes/config-versions.ts), as a unit: each version's migration, nodes of unknown or newer
 // versions, defs of any kind (never a throw), and that the table agrees with the editors (the hidden
 // `configVersion` each saves) and with the flows each release saved (test/fixtures/flows/, from git history).
-// test/config-versions-flows.test.js deploys those flows in a real Node-RED against the sandbox.
+// test/nodes/config-versions-flows.test.js deploys those flows in a real Node-RED against the sandbox.
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { CONFIG_VERSIONS, configVersionsOf, migrateConfig } = require('../dist/nodes/config-versions');
-const { RELEASES, readFixture } = require('./support/config-versions');
+const { CONFIG_VERSIONS, configVersionsOf, migrateConfig } = require('../../dist/nodes/config-versions');
+const { RELEASES, readFixture } = require('../support/config-versions');
 
-const root = path.join(__dirname, '..');
-const types = Object.keys(require('../package.json')['node-red'].nodes);
+const root = path.join(__dirname, '..', '..');
+const types = Object.keys(require('../../package.json')['node-red'].nodes);
 
 /** The settings a node type's versions up to `version` added, with their old defaults. */
 function addedUpTo(type, version) {

@@ -4,10 +4,10 @@
 // sentence, or converts, and never stalls the runtime or overflows its stack.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { flowWith, load, failureOf, outputOf } = require('../support/generation-nodes');
 
-const UI_WORKFLOW = require('./fixtures/ui/checkpoint-prompt.json');
+const UI_WORKFLOW = require('../fixtures/ui/checkpoint-prompt.json');
 
 describe('submit: UI-format workflows from msgs are bounded', () => {
   let sandbox;

@@ -3,12 +3,12 @@
 // progress output (`topic: "queue"`, `payload: {ahead, eta_s}` whenever the place changes).
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { KEY, workflow, until, awaitFlow, collect, statuses, withFastSockets } = require('./support/sockets');
-const { coreNode } = require('./support/node-red');
+const { startSandbox } = require('../../dist/sandbox');
+const { KEY, workflow, until, awaitFlow, collect, statuses, withFastSockets } = require('../support/sockets');
+const { coreNode } = require('../support/node-red');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
+const configNode = require('../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../dist/nodes/graph-gen-await-job.js');
 const NODES = [configNode, awaitNode, coreNode('common/25-catch.js')];
 const HANG = { 9: { class_type: 'SandboxHang', inputs: {} } };
 

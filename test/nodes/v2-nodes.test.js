@@ -10,24 +10,24 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { V2EventStreams } = require('../dist/generation/dialects/comfy-api-v2/v2-event-streams');
-const { coreNode, statuses, textToImage } = require('./support/node-red');
-const { textOf } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { V2EventStreams } = require('../../dist/generation/dialects/comfy-api-v2/v2-event-streams');
+const { coreNode, statuses, textToImage } = require('../support/node-red');
+const { textOf } = require('../support/generation-nodes');
 
 const NODES = [
-  require('../dist/nodes/graph-gen-config.js'),
-  require('../dist/nodes/graph-gen-upload.js'),
-  require('../dist/nodes/graph-gen-submit.js'),
-  require('../dist/nodes/graph-gen-await-job.js'),
-  require('../dist/nodes/graph-gen-download.js'),
-  require('../dist/nodes/graph-gen-queue.js'),
+  require('../../dist/nodes/graph-gen-config.js'),
+  require('../../dist/nodes/graph-gen-upload.js'),
+  require('../../dist/nodes/graph-gen-submit.js'),
+  require('../../dist/nodes/graph-gen-await-job.js'),
+  require('../../dist/nodes/graph-gen-download.js'),
+  require('../../dist/nodes/graph-gen-queue.js'),
   coreNode('common/25-catch.js'),
 ];
 
 const TOKEN = 'v2-nodes-bearer-3f9e1c7a';
-const UI_WORKFLOW = require('./fixtures/ui/checkpoint-prompt.json');
-const { solidPng } = require('../scripts/start.js');
+const UI_WORKFLOW = require('../fixtures/ui/checkpoint-prompt.json');
+const { solidPng } = require('../../scripts/start.js');
 
 /** Runs until cancelled (the engine's SandboxHang): a job that holds the engine's one slot. */
 const HANG = { 20: { class_type: 'SandboxHang', inputs: {} } };

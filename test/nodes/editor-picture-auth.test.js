@@ -8,10 +8,10 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const WebSocket = require('ws');
-const start = require('../scripts/start.js');
-const { startSandbox } = require('../dist/sandbox');
-const { encodePng } = require('./real/support/png');
-const { until } = require('./support/sockets');
+const start = require('../../scripts/start.js');
+const { startSandbox } = require('../../dist/sandbox');
+const { encodePng } = require('../real/support/png');
+const { until } = require('../support/sockets');
 
 const KEY = 'auth-picture-key-0451';
 const PASSWORD = 'editor-password-7788';

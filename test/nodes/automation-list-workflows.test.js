@@ -1,9 +1,9 @@
 'use strict';
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const configNode = require('../dist/nodes/automation-config.js');
-const listNode = require('../dist/nodes/automation-list-workflows.js');
-const { AutomationClient, RepeatFilter } = require('../dist/automation/client');
+const configNode = require('../../dist/nodes/automation-config.js');
+const listNode = require('../../dist/nodes/automation-list-workflows.js');
+const { AutomationClient, RepeatFilter } = require('../../dist/automation/client');
 const {
   KEY,
   coreNode,
@@ -12,7 +12,7 @@ const {
   flow,
   collect,
   statuses,
-} = require('./support/automation');
+} = require('../support/automation');
 
 const catchNode = coreNode('common/25-catch.js');
 const joinNode = coreNode('sequence/17-split.js');

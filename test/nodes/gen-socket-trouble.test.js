@@ -3,9 +3,9 @@
 // their status while it lasts, as await-job does, and their own status again when it ends.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, ALL_NODES, textToImage, outputOf, nextMessage } = require('./support/generation-nodes');
-const { statuses, until, withFastSockets } = require('./support/sockets');
+const { startSandbox } = require('../../dist/sandbox');
+const { API_KEY, ALL_NODES, textToImage, outputOf, nextMessage } = require('../support/generation-nodes');
+const { statuses, until, withFastSockets } = require('../support/sockets');
 
 const NODES = ['submit', 'upload', 'download', 'queue'];
 

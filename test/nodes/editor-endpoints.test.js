@@ -5,12 +5,12 @@
 // (test helper) and the sandbox over HTTP; the key never comes back, an unreachable server is a sentence.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, PARTNER_KEY, flowWith } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { API_KEY, PARTNER_KEY, flowWith } = require('../support/generation-nodes');
 
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const { DIALOG_DEFINITIONS } = require('../dist/generation/workflows/definitions-cache');
-const queueNode = require('../dist/nodes/graph-gen-queue.js');
+const configNode = require('../../dist/nodes/graph-gen-config.js');
+const { DIALOG_DEFINITIONS } = require('../../dist/generation/workflows/definitions-cache');
+const queueNode = require('../../dist/nodes/graph-gen-queue.js');
 
 // The permissions a request was asked for, and the ones the (pretend) user has.
 const asked = [];
@@ -32,7 +32,7 @@ const definitions = (body) => helper.request().post('/graph-gen/graph-gen-config
 const convert = (body) => helper.request().post('/graph-gen/graph-gen-config/convert').send(body);
 
 /** A UI-format workflow as the graph editor saves it: a checkpoint loader wired into a titled prompt. */
-const UI_WORKFLOW = require('./fixtures/ui/checkpoint-prompt.json');
+const UI_WORKFLOW = require('../fixtures/ui/checkpoint-prompt.json');
 
 const DIALOG_DEFAULTS = { ...DIALOG_DEFINITIONS };
 /** Lets every refresh read (for tests about what a refresh reads, not how often). */
@@ -445,7 +445,7 @@ describe('submit dialog endpoints (node definitions, UI-format conversion)', () 
 });
 
 describe('DefinitionsCache', () => {
-  const { DefinitionsCache } = require('../dist/generation/workflows/definitions-cache');
+  const { DefinitionsCache } = require('../../dist/generation/workflows/definitions-cache');
 
   it('reads again after its time, keeps at most its number of servers, and keeps no failed read', async () => {
     const reads = [];

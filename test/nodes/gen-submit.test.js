@@ -1,8 +1,8 @@
 'use strict';
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { GenerationRestClient } = require('../dist/generation/transfer/rest-client');
+const { startSandbox } = require('../../dist/sandbox');
+const { GenerationRestClient } = require('../../dist/generation/transfer/rest-client');
 const {
   API_KEY,
   PARTNER_KEY,
@@ -12,7 +12,7 @@ const {
   failureOf,
   outputOf,
   textOf,
-} = require('./support/generation-nodes');
+} = require('../support/generation-nodes');
 
 describe('graph-gen-submit', () => {
   let sandbox;

@@ -1,13 +1,13 @@
 'use strict';
-const { textToImage } = require('./support/node-red');
+const { textToImage } = require('../support/node-red');
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
-const submitNode = require('../dist/nodes/graph-gen-submit.js');
-const { startSandbox } = require('../dist/sandbox');
-const { SocketManager } = require('../dist/generation/jobs/socket-manager');
-const { encodePreviewWithMetadata } = require('../dist/generation/jobs/frames');
+const configNode = require('../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../dist/nodes/graph-gen-await-job.js');
+const submitNode = require('../../dist/nodes/graph-gen-submit.js');
+const { startSandbox } = require('../../dist/sandbox');
+const { SocketManager } = require('../../dist/generation/jobs/socket-manager');
+const { encodePreviewWithMetadata } = require('../../dist/generation/jobs/frames');
 const {
   KEY,
   workflow,
@@ -18,7 +18,7 @@ const {
   awaitFlow,
   collect,
   statuses,
-} = require('./support/sockets');
+} = require('../support/sockets');
 
 const catchNode = coreNode('common/25-catch.js');
 

@@ -9,9 +9,9 @@ const https = require('node:https');
 const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { readUploadSource, DEFAULT_URL_LIMITS } = require('../dist/generation/transfer/upload-source');
-const { isLocalAddress } = require('../dist/generation/transfer/local-address');
+const { startSandbox } = require('../../dist/sandbox');
+const { readUploadSource, DEFAULT_URL_LIMITS } = require('../../dist/generation/transfer/upload-source');
+const { isLocalAddress } = require('../../dist/generation/transfer/local-address');
 const {
   API_KEY,
   PARTNER_KEY,
@@ -20,8 +20,8 @@ const {
   failureOf,
   outputOf,
   textOf,
-} = require('./support/generation-nodes');
-const { statuses } = require('./support/node-red');
+} = require('../support/generation-nodes');
+const { statuses } = require('../support/node-red');
 
 const MIB = 1024 * 1024;
 
@@ -450,7 +450,7 @@ describe('graph-gen-upload sources: data: URL, base64, http(s) URL', () => {
     });
 
     it('a redirect from https to http is refused whatever the setting, and the http address is not fetched', async () => {
-      const fixtures = path.join(__dirname, 'fixtures', 'tls');
+      const fixtures = path.join(__dirname, '..', 'fixtures', 'tls');
       const secure = https.createServer(
         {
           key: fs.readFileSync(path.join(fixtures, 'self-signed-key.pem')),

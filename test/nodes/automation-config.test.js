@@ -1,8 +1,8 @@
 'use strict';
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const configNode = require('../dist/nodes/automation-config.js');
-const listNode = require('../dist/nodes/automation-list-workflows.js');
+const configNode = require('../../dist/nodes/automation-config.js');
+const listNode = require('../../dist/nodes/automation-list-workflows.js');
 const {
   KEY,
   coreNode,
@@ -10,7 +10,7 @@ const {
   listRequests,
   flow,
   collect,
-} = require('./support/automation');
+} = require('../support/automation');
 
 const catchNode = coreNode('common/25-catch.js');
 const credentials = { cfg: { apiKey: KEY } };

@@ -8,20 +8,20 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { JobEvents } = require('../dist/generation/jobs/job-events');
+const { startSandbox } = require('../../dist/sandbox');
+const { JobEvents } = require('../../dist/generation/jobs/job-events');
 const {
   V2JobWatch,
   SUBMIT_ANSWER_GRACE_MS,
-} = require('../dist/generation/dialects/comfy-api-v2/v2-job-watch');
-const { sleep, until, collect, statuses } = require('./support/sockets');
-const { textToImage } = require('./support/node-red');
+} = require('../../dist/generation/dialects/comfy-api-v2/v2-job-watch');
+const { sleep, until, collect, statuses } = require('../support/sockets');
+const { textToImage } = require('../support/node-red');
 
 const NODES = [
-  require('../dist/nodes/graph-gen-config.js'),
-  require('../dist/nodes/graph-gen-job-events.js'),
-  require('../dist/nodes/graph-gen-submit.js'),
-  require('../dist/nodes/graph-gen-await-job.js'),
+  require('../../dist/nodes/graph-gen-config.js'),
+  require('../../dist/nodes/graph-gen-job-events.js'),
+  require('../../dist/nodes/graph-gen-submit.js'),
+  require('../../dist/nodes/graph-gen-await-job.js'),
 ];
 const TOKEN = 'v2-job-events-token-Hq2';
 const AUTH = { authorization: `Bearer ${TOKEN}` };
@@ -457,7 +457,7 @@ describe('job events on Comfy API v2', function () {
 
 describe('await-job resumes after a restart on Comfy API v2', function () {
   this.timeout(20_000);
-  const catchNode = require('./support/node-red').coreNode('common/25-catch.js');
+  const catchNode = require('../support/node-red').coreNode('common/25-catch.js');
   const AWAIT_NODES = [NODES[0], NODES[3], catchNode];
   let sandbox;
 

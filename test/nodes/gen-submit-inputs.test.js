@@ -3,9 +3,9 @@
 // converted with the server's node definitions, against the sandbox over real HTTP.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, textToImage, flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
-const objectInfo = require('./fixtures/object_info.json');
+const { startSandbox } = require('../../dist/sandbox');
+const { API_KEY, textToImage, flowWith, load, failureOf, outputOf } = require('../support/generation-nodes');
+const objectInfo = require('../fixtures/object_info.json');
 
 /** textToImage with the titles the graph editor's "Export (API)" writes. */
 function titled() {
@@ -210,8 +210,8 @@ describe('graph-gen-submit: titles, new seeds, UI format', () => {
   });
 
   describe('UI-format workflows', () => {
-    const ui = () => structuredClone(require('./fixtures/ui/image-chain.json'));
-    const expected = () => structuredClone(require('./fixtures/ui/image-chain.expected.json'));
+    const ui = () => structuredClone(require('../fixtures/ui/image-chain.json'));
+    const expected = () => structuredClone(require('../fixtures/ui/image-chain.expected.json'));
 
     it('converts a UI-format msg.payload with the server definitions and submits the API format', async () => {
       await loadSubmit();

@@ -3,7 +3,7 @@
 // and cause {status, body}, with no key in any of it; the node's status turns red.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
+const { startSandbox } = require('../../dist/sandbox');
 const {
   API_KEY,
   PARTNER_KEY,
@@ -13,7 +13,7 @@ const {
   failureOf,
   outputOf,
   textOf,
-} = require('./support/generation-nodes');
+} = require('../support/generation-nodes');
 
 describe('generation REST errors', () => {
   let sandbox;
@@ -68,7 +68,7 @@ describe('generation REST errors', () => {
 
   it('submit: the plain 401 of a wrong key is unauthorized', async () => {
     const flow = flowWith({ type: 'graph-gen-submit' }, { baseUrl: sandbox.url });
-    await helper.load(require('./support/generation-nodes').ALL_NODES, flow, {
+    await helper.load(require('../support/generation-nodes').ALL_NODES, flow, {
       c: { apiKey: 'wrong-key-xyz' },
     });
     const failure = await failureOf('n', { payload: textToImage() });

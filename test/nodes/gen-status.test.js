@@ -3,8 +3,8 @@
 // never cuts them), saying what happened, and a red ring naming the failure.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { statuses } = require('./support/node-red');
+const { startSandbox } = require('../../dist/sandbox');
+const { statuses } = require('../support/node-red');
 const {
   API_KEY,
   textToImage,
@@ -13,7 +13,7 @@ const {
   failureOf,
   outputOf,
   messages,
-} = require('./support/generation-nodes');
+} = require('../support/generation-nodes');
 
 describe('generation REST node statuses', () => {
   let sandbox;

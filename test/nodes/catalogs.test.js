@@ -8,10 +8,10 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const i18next = require('i18next');
-const { catalogTexts } = require('../dist/nodes/node-helpers');
+const { catalogTexts } = require('../../dist/nodes/node-helpers');
 
-const root = path.join(__dirname, '..');
-const types = Object.keys(require('../package.json')['node-red'].nodes);
+const root = path.join(__dirname, '..', '..');
+const types = Object.keys(require('../../package.json')['node-red'].nodes);
 const nodesDir = path.join(root, 'nodes');
 
 /** Groups of runtime sentences, kept English in every language (they reach msg.error and logs). */

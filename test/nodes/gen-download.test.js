@@ -5,7 +5,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
+const { startSandbox } = require('../../dist/sandbox');
 const {
   API_KEY,
   flowWith,
@@ -14,7 +14,7 @@ const {
   outputOf,
   messages,
   textOf,
-} = require('./support/generation-nodes');
+} = require('../support/generation-nodes');
 
 describe('graph-gen-download', () => {
   let cloud;
@@ -300,7 +300,7 @@ describe('graph-gen-download', () => {
     });
 
     it('a directory that takes the name during the transfer fails with a file-system sentence, not network', async () => {
-      const { startRogueServer } = require('./support/rogue-server');
+      const { startRogueServer } = require('../support/rogue-server');
       const rogue = await startRogueServer();
       let finish;
       rogue.handle = (_req, res) => {
@@ -375,7 +375,7 @@ describe('graph-gen-download', () => {
   });
 
   it('buffer mode: a chunked answer without Content-Length arrives whole too', async () => {
-    const { startRogueServer } = require('./support/rogue-server');
+    const { startRogueServer } = require('../support/rogue-server');
     const rogue = await startRogueServer();
     const bytes = crypto.randomBytes(300_000);
     rogue.handle = (_req, res) => {
@@ -394,7 +394,7 @@ describe('graph-gen-download', () => {
   });
 
   describe('buffer limit', () => {
-    const { startRogueServer } = require('./support/rogue-server');
+    const { startRogueServer } = require('../support/rogue-server');
     let rogue;
     let closed;
     beforeEach(async () => {

@@ -7,17 +7,17 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { JobEvents } = require('../dist/generation/jobs/job-events');
-const { SocketManager } = require('../dist/generation/jobs/socket-manager');
-const { KEY, workflow, sleep, until, collect, statuses } = require('./support/sockets');
-const { textToImage } = require('./support/node-red');
+const { startSandbox } = require('../../dist/sandbox');
+const { JobEvents } = require('../../dist/generation/jobs/job-events');
+const { SocketManager } = require('../../dist/generation/jobs/socket-manager');
+const { KEY, workflow, sleep, until, collect, statuses } = require('../support/sockets');
+const { textToImage } = require('../support/node-red');
 
 const NODES = [
-  require('../dist/nodes/graph-gen-config.js'),
-  require('../dist/nodes/graph-gen-job-events.js'),
-  require('../dist/nodes/graph-gen-submit.js'),
-  require('../dist/nodes/graph-gen-await-job.js'),
+  require('../../dist/nodes/graph-gen-config.js'),
+  require('../../dist/nodes/graph-gen-job-events.js'),
+  require('../../dist/nodes/graph-gen-submit.js'),
+  require('../../dist/nodes/graph-gen-await-job.js'),
 ];
 const ALL_EVENTS = 'queued,started,completed,failed,cancelled';
 /** The client id another program submits with: no socket of this Node-RED hears its jobs' events. */
@@ -442,7 +442,7 @@ describe('job events', function () {
     });
 
     it('a node removed while Node-RED was down has its memory swept at the next start', () => {
-      const { sweepNodeFiles } = require('../dist/nodes/node-state');
+      const { sweepNodeFiles } = require('../../dist/nodes/node-state');
       const userDir = helper.settings().userDir;
       const folder = path.join(userDir, 'graph-gen');
       fs.mkdirSync(folder, { recursive: true });
@@ -570,7 +570,7 @@ describe('job events', function () {
   });
 
   describe('the memory of what was told', () => {
-    const { JobEventMemory, ENDED_KEPT } = require('../dist/generation/jobs/job-event-memory');
+    const { JobEventMemory, ENDED_KEPT } = require('../../dist/generation/jobs/job-event-memory');
     const store = () => {
       const map = new Map();
       return { map, entries: () => [...map], set: (k, v) => map.set(k, v), delete: (k) => map.delete(k) };
@@ -609,7 +609,7 @@ describe('job events', function () {
     });
 
     it('reads its store as untrusted: ids that are no job ids, steps that are none, and past MAX_JOBS are dropped', () => {
-      const { MAX_JOBS } = require('../dist/generation/jobs/job-event-memory');
+      const { MAX_JOBS } = require('../../dist/generation/jobs/job-event-memory');
       const kept = store();
       kept.map.set('mark', { mark: 5, scope: 'cfg' });
       kept.map.set(`j:${'x'.repeat(300)}`, { s: 'q' });

@@ -2,11 +2,11 @@
 // Many jobs on one socket, a socket that keeps dropping, and redeploys that must leave nothing behind.
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const configNode = require('../dist/nodes/graph-gen-config.js');
-const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
-const { startSandbox } = require('../dist/sandbox');
-const { SocketManager } = require('../dist/generation/jobs/socket-manager');
-const { KEY, workflow, until, fileNames, coreNode, awaitFlow, collect } = require('./support/sockets');
+const configNode = require('../../dist/nodes/graph-gen-config.js');
+const awaitNode = require('../../dist/nodes/graph-gen-await-job.js');
+const { startSandbox } = require('../../dist/sandbox');
+const { SocketManager } = require('../../dist/generation/jobs/socket-manager');
+const { KEY, workflow, until, fileNames, coreNode, awaitFlow, collect } = require('../support/sockets');
 
 const catchNode = coreNode('common/25-catch.js');
 

@@ -1,8 +1,8 @@
 'use strict';
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
-const { startSandbox } = require('../dist/sandbox');
-const { API_KEY, textToImage, flowWith, load, failureOf, outputOf } = require('./support/generation-nodes');
+const { startSandbox } = require('../../dist/sandbox');
+const { API_KEY, textToImage, flowWith, load, failureOf, outputOf } = require('../support/generation-nodes');
 
 describe('graph-gen-queue', () => {
   let cloud;

@@ -14,8 +14,8 @@ const {
   pictureOf,
   PICTURE_BOX,
   MAX_SENT_BYTES,
-} = require('../dist/generation/transfer/picture');
-const { encodePng, encodePngRows } = require('./real/support/png');
+} = require('../../dist/generation/transfer/picture');
+const { encodePng, encodePngRows } = require('../real/support/png');
 
 /** Reads back a PNG this package wrote (8-bit RGB or RGBA, filter 0): size and RGBA pixels. */
 function decodeOwnPng(bytes) {
@@ -299,11 +299,11 @@ describe('editor picture: what an image file becomes', () => {
 
 describe('editor picture: what the await-job and download nodes send to the editor', () => {
   const WebSocket = require('ws');
-  const { startSandbox } = require('../dist/sandbox');
-  const configNode = require('../dist/nodes/graph-gen-config.js');
-  const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
-  const downloadNode = require('../dist/nodes/graph-gen-download.js');
-  const { KEY, workflow, sleep, until, awaitFlow, collect, withFastSockets } = require('./support/sockets');
+  const { startSandbox } = require('../../dist/sandbox');
+  const configNode = require('../../dist/nodes/graph-gen-config.js');
+  const awaitNode = require('../../dist/nodes/graph-gen-await-job.js');
+  const downloadNode = require('../../dist/nodes/graph-gen-download.js');
+  const { KEY, workflow, sleep, until, awaitFlow, collect, withFastSockets } = require('../support/sockets');
   withFastSockets();
   let sandbox;
   let directory;
