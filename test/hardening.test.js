@@ -8,8 +8,16 @@ const { describeSubmitProblems } = require('../dist/generation/workflows/workflo
 const { HttpClient } = require('../dist/http/client');
 const { asServiceError } = require('../dist/nodes/node-helpers');
 const { startRogueServer, json } = require('./support/rogue-server');
-const { ALL_NODES, textToImage, flowWith, load, failureOf, outputOf, textOf } = require('./gen-helpers');
-const { awaitFlow, collect, sleep, workflow, until } = require('./socket-support');
+const {
+  ALL_NODES,
+  textToImage,
+  flowWith,
+  load,
+  failureOf,
+  outputOf,
+  textOf,
+} = require('./support/generation-nodes');
+const { awaitFlow, collect, sleep, workflow, until } = require('./support/sockets');
 
 const awaitNode = require('../dist/nodes/graph-gen-await-job.js');
 
@@ -674,7 +682,8 @@ describe('hardening', () => {
   describe('uploads and the request time limit', () => {
     it('an upload the service stops reading is cut by the time limit (counted while nothing moves); its answer is still limited', async () => {
       // The service reads nothing for 1.5 s, three times the limit: 32 MiB cannot all wait in the sockets'
-      // buffers, so nothing moves. (One it reads steadily, however long, is not cut: http-outgoing.test.js.)
+      // buffers, so nothing moves. (One it reads steadily, however long, is not cut:
+      // test/http/http-outgoing.test.js.)
       rogue.handle = (req, res) => {
         req.pause();
         setTimeout(() => {
@@ -736,7 +745,7 @@ function assertNoPartOf(secret, text) {
 describe('msg values that refer to themselves, or that JSON cannot hold (issue 20)', () => {
   const automationConfig = require('../dist/nodes/automation-config.js');
   const listNode = require('../dist/nodes/automation-list-workflows.js');
-  const { startAutomationSandbox, flow: automationFlow, listRequests } = require('./automation-support');
+  const { startAutomationSandbox, flow: automationFlow, listRequests } = require('./support/automation');
   let sandbox;
   before(async () => {
     await helper.startServer();

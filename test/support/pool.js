@@ -1,16 +1,16 @@
 'use strict';
-// Shared by the pool's flow tests (test/pool*.test.js): three sandboxes playing three servers (each with the
-// sandbox's control nodes, SandboxHang and friends, among its node definitions, so a workflow using them passes
-// the pool's "able to run it" check and the server's own), a flow of config nodes A/B/C, a pool `p` of them and
-// every generation node through the pool, and what a test reads of each server: the jobs it got and the
-// requests it saw.
+// Shared by the pool's flow tests (test/generation/pool/pool*.test.js): three sandboxes playing three servers (each
+// with the sandbox's control nodes, SandboxHang and friends, among its node definitions, so a workflow using them
+// passes the pool's "able to run it" check and the server's own), a flow of config nodes A/B/C, a pool `p` of them and
+// every generation node through the pool, and what a test reads of each server: the jobs it got and the requests it
+// saw.
 const fs = require('node:fs');
 const path = require('node:path');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../../dist/sandbox');
 const { sandboxControlNodes } = require('../../dist/sandbox/v2-service');
 const { coreNode } = require('./node-red');
-const { collect, until } = require('../socket-support');
+const { collect, until } = require('./sockets');
 
 const NODES = [
   require('../../dist/nodes/graph-gen-config.js'),
