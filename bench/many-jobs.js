@@ -167,15 +167,18 @@ async function runClient() {
   const used = process.cpuUsage(cpu);
   const cpuMs = (used.user + used.system) / 1000 - gcCpu;
   await client.close();
-  process.send({
-    event: 'done',
-    cpuMs,
-    heapPerJob: (heapAfter - heapBefore) / jobs,
-    completed,
-    ids,
-    endedAt: [...endedAt],
-  });
-  process.exit(0);
+  process.send(
+    {
+      event: 'done',
+      cpuMs,
+      heapPerJob: (heapAfter - heapBefore) / jobs,
+      completed,
+      ids,
+      endedAt: [...endedAt],
+    },
+    // Exit once the message is out: a large one (30,000 ids) is still being written when send returns.
+    () => process.exit(0),
+  );
 }
 
 function fullCollector() {

@@ -33,8 +33,10 @@ export interface JobTrackerOptions {
   /** Previews passed on per job and second; more are dropped. 0 = all. */
   previewsPerSecond?: number;
   /**
-   * Jobs of this tracker may be given an onProgress (default true). False: the shared socket may skip
-   * progress-only frames unread while no other tracker wants them, since none of these jobs will.
+   * Jobs of this tracker are likely given an onProgress (an await-job node with its progress output): the shared
+   * socket then reads progress-only frames (previews, step states) of every job, also of jobs not awaited yet, so
+   * an await replays them. Default false: such frames are skipped unread while no tracker and no awaited job wants
+   * them (most of a busy server's frames); a job tracked with an onProgress has its own read from its track() on.
    */
   progress?: boolean;
   /** Something a node shows in its status changed (a job's phase, node, step; the queue; the socket). */
@@ -138,7 +140,7 @@ export class JobTracker {
     private readonly connection: JobConnection,
     options: JobTrackerOptions = {},
   ) {
-    this.options = { previewsPerSecond: 0, progress: true, ...options };
+    this.options = { previewsPerSecond: 0, progress: false, ...options };
   }
 
   /** The jobs followed now (a copy: tests and tools; a node's status uses `summary`). */
