@@ -21,7 +21,7 @@
 // --compare <checkout>: one more side, the classes of another built checkout (a git worktree at an older
 // commit), in the same rounds: before and after a change.
 const { fork } = require('node:child_process');
-const { performance } = require('node:perf_hooks');
+const { monitorEventLoopDelay, performance } = require('node:perf_hooks');
 const path = require('node:path');
 const v8 = require('node:v8');
 const vm = require('node:vm');
@@ -163,7 +163,11 @@ async function runClient() {
   await Promise.all(Array.from({ length: SUBMITS_AT_ONCE }, worker));
   const heapAfter = heapNow();
   process.send({ event: 'submitted' });
+  // How long the event loop was held while the jobs ran: a block delays every result that comes during it.
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
   await finished;
+  loop.disable();
   const used = process.cpuUsage(cpu);
   const cpuMs = (used.user + used.system) / 1000 - gcCpu;
   await client.close();
@@ -172,6 +176,8 @@ async function runClient() {
       event: 'done',
       cpuMs,
       heapPerJob: (heapAfter - heapBefore) / jobs,
+      loopP99: loop.percentile(99) / 1e6,
+      loopMax: loop.max / 1e6,
       completed,
       ids,
       endedAt: [...endedAt],
@@ -282,6 +288,8 @@ async function runSide(side, jobs, root) {
   return {
     cpuMs: result.cpuMs,
     heapPerJob: result.heapPerJob,
+    loopP99: result.loopP99,
+    loopMax: result.loopMax,
     p50: percentile(latencies, 50),
     p99: percentile(latencies, 99),
     lists: stats.lists,
@@ -322,6 +330,8 @@ async function main() {
         heapKB: of('heapPerJob') / 1024,
         p50: of('p50'),
         p99: of('p99'),
+        loopP99: of('loopP99'),
+        loopMax: of('loopMax'),
         lists: of('lists'),
         others: of('others'),
       });
@@ -333,11 +343,14 @@ async function main() {
     return (
       `| ${row.jobs} | ${row.side} | ${row.cpuS.toFixed(2)} s${ratio(row.cpuS, bare.cpuS)} | ` +
       `${row.heapKB.toFixed(1)} KB${ratio(row.heapKB, bare.heapKB)} | ${row.p50.toFixed(2)} ms | ` +
-      `${row.p99.toFixed(1)} ms${ratio(row.p99, bare.p99)} | ${row.lists} | ${row.others} |`
+      `${row.p99.toFixed(1)} ms${ratio(row.p99, bare.p99)} | ` +
+      `${row.loopP99.toFixed(1)} / ${row.loopMax.toFixed(1)} ms | ${row.lists} | ${row.others} |`
     );
   });
   console.log(`\nmedians of ${ROUNDS} rounds, each side in fresh processes (node ${process.version})\n`);
-  console.log('| jobs | side | client CPU | heap per job | p50 | p99 | list reads | other requests |');
-  console.log('|---|---|---|---|---|---|---|---|');
+  console.log(
+    '| jobs | side | client CPU | heap per job | p50 | p99 | loop delay p99 / max | list reads | other requests |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|---|');
   for (const row of rows) console.log(row);
 }
