@@ -7,8 +7,9 @@
  * | heard                                   | then                                                           |
  * |-----------------------------------------|----------------------------------------------------------------|
  * | its socket is open                      | up                                                             |
- * | a request failed, or its open socket    | down until it answers again (a socket that never opened says   |
- * | closed, after its last answer           | nothing: a proxy may pass only REST)                           |
+ * | a request failed (a queue read got no   | down until it answers again (a socket that never opened says   |
+ * | answer in its time), or its open socket | nothing: a proxy may pass only REST)                           |
+ * | closed, after its last answer           |                                                                |
  * | an answer within upWithinMs             | up                                                             |
  * | its socket is down or refused, no answer| down                                                           |
  * | nothing yet                             | unknown                                                        |
@@ -107,7 +108,11 @@ export class MemberWatch {
     void sockets.ready(this.timings.socketWaitMs).catch(() => false);
   }
 
-  /** Reads its queue (a member without an open socket reports none by itself). */
+  /**
+   * Reads its queue (a member without an open socket reports none by itself). No answer within the read's time
+   * is a failure too: a stopped member's refused connection is retried past it, and a member that does not
+   * answer a read is not up (only a read stopped by the pool's close tells nothing).
+   */
   async readQueue(signal: AbortSignal): Promise<void> {
     const changes = this.changes;
     const read = await this.member.connection.queue(signal).catch(() => undefined);
@@ -115,7 +120,7 @@ export class MemberWatch {
       // A socket report or a submit came while it was read (the socket opened meanwhile): the read is older.
       if (this.changes === changes) this.report(read.running.size + read.pending.size);
       this.heard();
-    } else if (!signal.aborted) this.failed();
+    } else if (!signal.aborted || isTimeout(signal.reason)) this.failed();
   }
 
   /** A submit it answered: one more job there, until its next report. */
@@ -181,4 +186,9 @@ export class MemberWatch {
     this.unseen = 0;
     this.changes += 1;
   }
+}
+
+/** Whether an abort's reason is a time limit's (AbortSignal.timeout), not a stop. */
+function isTimeout(reason: unknown): boolean {
+  return reason instanceof Error && reason.name === 'TimeoutError';
 }

@@ -2,7 +2,8 @@
 // The pool's pure parts (src/generation/pool/): the order members are tried in (pool-routing.ts orderToTry, for
 // each strategy: who is up, able, with fewest jobs ahead, ties in turns) and what a workflow needs of a server and
 // what one server lacks of it (needs.ts needsOf/lacksOf), against the sandbox's node definitions as a server
-// answers them. The pool's behaviour with real servers is pool.test.js and pool-failover.test.js beside it.
+// answers them; and a member's reachability from its queue reads (member-watch.ts). The pool's behaviour with real
+// servers is pool.test.js and pool-failover.test.js beside it.
 const assert = require('node:assert/strict');
 const { orderToTry, strategyOf, POOL_STRATEGIES } = require('../../../dist/generation/pool/pool-routing');
 const { needsOf, lacksOf } = require('../../../dist/generation/pool/needs');
@@ -205,5 +206,42 @@ describe('what a workflow needs of a server (needsOf, lacksOf)', () => {
     after.CheckpointLoaderSimple.input.required.ckpt_name[0].push('new.safetensors');
     assert.deepEqual(lacksOf(needs, after), []);
     assert.equal(lacksOf(needs, before).length, 1, 'the first read is still what it was');
+  });
+});
+
+describe("a member's reachability from its queue reads (member-watch.ts)", () => {
+  const { MemberWatch } = require('../../../dist/generation/pool/member-watch');
+  const { GenerationConnection } = require('../../../dist/generation/connection');
+  const { startSandbox } = require('../../../dist/sandbox');
+  const timings = { upWithinMs: 30_000, socketWaitMs: 1_000, definitionsWaitMs: 1_000 };
+
+  it('a stopped member is down after a read that gets no answer in its time, and up again once one answers', async () => {
+    const sandbox = await startSandbox();
+    const port = Number(new URL(sandbox.url).port);
+    const connection = new GenerationConnection({ baseUrl: sandbox.url, partnerKeyField: 'x' });
+    const watch = new MemberWatch({ id: 'c', name: 'C', connection }, timings);
+    let restarted;
+    try {
+      await watch.readQueue(AbortSignal.timeout(5_000));
+      assert.equal(watch.reachability(), 'up', 'it answered: up for upWithinMs, whatever its socket');
+      await sandbox.close();
+      // The refused connection is retried past the read's time (as a pool's poll gives it): no answer is down.
+      await watch.readQueue(AbortSignal.timeout(100));
+      assert.equal(watch.reachability(), 'down');
+      // A read stopped by the pool's close tells nothing.
+      const closing = new AbortController();
+      const read = watch.readQueue(closing.signal);
+      watch.heard();
+      closing.abort(new Error('the pool closes'));
+      await read;
+      assert.equal(watch.reachability(), 'up');
+      restarted = await startSandbox({ port });
+      watch.failed();
+      await watch.readQueue(AbortSignal.timeout(5_000));
+      assert.equal(watch.reachability(), 'up', 'it answers again');
+    } finally {
+      await connection.close();
+      await restarted?.close();
+    }
   });
 });
