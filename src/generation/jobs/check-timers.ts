@@ -17,20 +17,25 @@ export interface TimedBook {
   readonly closed: boolean;
   /** Every job awaited, by prompt_id. */
   readonly watches: ReadonlyMap<string, Watch>;
-  /** Jobs with no event yet that are not known to run; a sweep moves the ones it checks to the back. */
+  /** Jobs with no event yet that are not known to run (a sweep checks them). */
   readonly waiting: Set<JobLife>;
   /** Jobs running now. */
   readonly running: ReadonlySet<JobLife>;
   watchOf(life: JobLife): Watch | undefined;
-  /** Checks these jobs (one queue read for all); resolves when every check is done. */
-  checkMany(lives: JobLife[]): Promise<void>;
+  /**
+   * Checks these jobs (one queue read for all); resolves when every check is done. `sweep`: a job awaited after
+   * the shared read began is left out (the read cannot list it; asking for it alone is a request each), and the
+   * count of those left out is what it resolves to.
+   */
+  checkMany(lives: JobLife[], sweep?: boolean): Promise<number | void>;
   sockets(): JobEventSource;
   log(level: 'debug' | 'warn', message: string): void;
 }
 
 const SWEEP_SETTLE_MS = 300;
 const SWEEP_INTERVAL_MS = 2_000;
-const SWEEP_JOBS = 25;
+/** How much further apart sweeps come per waiting job (10,000 waiting: every 5 s). */
+const SWEEP_MS_PER_WAITING_JOB = 0.5;
 const SILENCE_TICK_MS = 1_000;
 
 export class CheckTimers {
@@ -60,26 +65,22 @@ export class CheckTimers {
   }
 
   /**
-   * The queue changed: a job still waiting in it may have been deleted, which sends no event. Checks the
-   * waiting jobs checked longest ago, a few at a time and at most every 2 s: constant work per `status` event.
+   * The queue changed: a job still waiting in it may have been deleted, which sends no event. One queue read
+   * answers for every waiting job, so a sweep checks them all (one awaited after the read began, at the next
+   * sweep, even if the queue says nothing more). Sweeps come at most every 2 s, and
+   * further apart the more jobs wait (SWEEP_MS_PER_WAITING_JOB): the read lists them all, and a read of 30,000
+   * held the event loop for up to 150 ms.
    */
   scheduleSweep(): void {
     if (this.sweepTimer || this.book.closed || this.book.waiting.size === 0) return;
-    const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + SWEEP_INTERVAL_MS - Date.now());
+    const interval = Math.max(SWEEP_INTERVAL_MS, this.book.waiting.size * SWEEP_MS_PER_WAITING_JOB);
+    const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + interval - Date.now());
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = undefined;
       this.lastSweep = Date.now();
-      const oldest: JobLife[] = [];
-      for (const life of this.book.waiting) {
-        if (oldest.length >= SWEEP_JOBS) break;
-        oldest.push(life);
-      }
-      for (const life of oldest) {
-        // To the back of the line: the next sweep takes the next ones.
-        this.book.waiting.delete(life);
-        this.book.waiting.add(life);
-      }
-      void this.book.checkMany(oldest);
+      void this.book.checkMany([...this.book.waiting], true).then((leftOut) => {
+        if (leftOut) this.scheduleSweep();
+      });
     }, wait);
   }
 

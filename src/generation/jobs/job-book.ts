@@ -10,8 +10,8 @@
  * - once after a job is awaited (it may have ended before), unless its events already arrive on an unbroken
  *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
  *   every reconnect, for every job (events may have been missed);
- * - when the queue changes (a `status` event): jobs still waiting with no event, a few at a time (a job
- *   deleted from the queue sends no event; the sweep, check-timers.ts);
+ * - when the queue changes (a `status` event): every job still waiting with no event, in one read, at most every
+ *   2 s and further apart the more wait (a job deleted from the queue sends no event; the sweep, check-timers.ts);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job; the quiet check);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
  *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
@@ -119,7 +119,7 @@ export class JobBook implements LifeHost {
       waiting: this.waiting,
       running: this.running,
       watchOf: (life) => this.watchOf(life),
-      checkMany: (lives) => this.checkMany(lives),
+      checkMany: (lives, sweep) => this.checkMany(lives, sweep),
       sockets: () => this.connection.sockets(),
       log: (level, message) => this.log(level, message),
     });
@@ -433,23 +433,28 @@ export class JobBook implements LifeHost {
    * not list (ended, unknown) or a queue that could not be read make a request each. A job whose check is under
    * way is checked again after it. Resolves when every check of the round is done.
    */
-  private async checkMany(lives: JobLife[]): Promise<void> {
+  private async checkMany(lives: JobLife[], sweep = false): Promise<number> {
     const due = lives.filter((life) => {
       const watch = this.watchOf(life);
       if (!watch || life.isOver) return false;
       if (watch.checking) watch.recheck = true;
       return !watch.checking;
     });
-    if (due.length === 0 || this.closed) return;
-    const read = await this.readQueue();
+    if (due.length === 0 || this.closed) return 0;
+    const reading = this.readQueue();
+    const readAt = this.queueRead?.at ?? 0;
+    const read = await reading;
     const alone: Array<Promise<void>> = [];
+    let leftOut = 0;
     for (const life of due) {
       if (life.isOver || !this.watchOf(life)) continue;
       const queued = phaseInQueue(read, life.promptId);
       if (queued === 'running' || queued === 'pending') life.onQueued(queued);
+      else if (sweep && read.kind === 'read' && life.awaitedAt >= readAt) leftOut += 1;
       else alone.push(this.checkOne(life));
     }
     await Promise.all(alone);
+    return leftOut;
   }
 
   /** The first check of the jobs awaited since the last round: the ones whose events are not arriving. */
