@@ -23,9 +23,18 @@ async function importExample(page, name) {
   if (!(await entry.isVisible())) {
     await tree.locator('.red-ui-treeList-label', { hasText: PACKAGE }).click();
   }
-  await entry.click();
-  // The dialog fetches the example's flow before it enables Import.
-  await page.locator('#red-ui-clipboard-dialog-ok:not([disabled])').waitFor();
+  // The dialog fetches the example's flow before it enables Import. A click while the tree was still drawing its
+  // entries selected nothing once in CI (Import stayed off for 10 s): the entry is clicked again then.
+  const enabled = page.locator('#red-ui-clipboard-dialog-ok:not([disabled])');
+  for (let attempt = 1; ; attempt++) {
+    await entry.click();
+    try {
+      await enabled.waitFor({ timeout: 5_000 });
+      break;
+    } catch (error) {
+      if (attempt === 4) throw error;
+    }
+  }
   await page.click('#red-ui-clipboard-dialog-ok');
   await page.locator('#red-ui-clipboard-dialog-ok').waitFor({ state: 'hidden' });
   // The examples share one config node per service (same id), so from the second import on Node-RED says
