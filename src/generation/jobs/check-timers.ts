@@ -27,7 +27,7 @@ export interface TimedBook {
    * the shared read began is left out (the read cannot list it; asking for it alone is a request each), and the
    * count of those left out is what it resolves to.
    */
-  checkMany(lives: JobLife[], sweep?: boolean): Promise<number | void>;
+  checkMany(lives: JobLife[], sweep?: boolean): Promise<number>;
   sockets(): JobEventSource;
   log(level: 'debug' | 'warn', message: string): void;
 }

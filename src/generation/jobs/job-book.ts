@@ -62,6 +62,12 @@ const RUN_TIME_FRESH_MS = 60_000;
  */
 const RESULTS_KEPT = 256;
 
+/**
+ * Jobs a sweep asks about alone when the queue could not be read (each a request or more): a few per sweep, never
+ * every waiting job at once.
+ */
+const SWEEP_ALONE = 25;
+
 export class JobBook implements LifeHost {
   static defaultTimings: JobTimings = {
     pollInitialMs: 2_000,
@@ -451,7 +457,15 @@ export class JobBook implements LifeHost {
       const queued = phaseInQueue(read, life.promptId);
       if (queued === 'running' || queued === 'pending') life.onQueued(queued);
       else if (sweep && read.kind === 'read' && life.awaitedAt >= readAt) leftOut += 1;
-      else alone.push(this.checkOne(life));
+      else if (sweep && read.kind !== 'read' && alone.length >= SWEEP_ALONE) continue;
+      else {
+        // A sweep over a queue that could not be read asks a few jobs alone, those asked longest ago: to the back.
+        if (sweep && read.kind !== 'read') {
+          this.waiting.delete(life);
+          this.waiting.add(life);
+        }
+        alone.push(this.checkOne(life));
+      }
     }
     await Promise.all(alone);
     return leftOut;
