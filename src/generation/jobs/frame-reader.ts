@@ -50,6 +50,8 @@ const PROGRESS_ONLY_TEXT = new Set(['progress_state']);
 const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
 /** A text frame's type when it comes first, as the services send it; a frame in another order is parsed. */
 const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
+/** The bytes of a frame's start that LEADING_TYPE is tried on (a type word and a few spaces). */
+const LEADING_TYPE_BYTES = 64;
 
 /** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
 function queueRemaining(data: Record<string, unknown>): number | undefined {
@@ -152,14 +154,16 @@ export class FrameReader {
   }
 
   private text(buffer: Buffer): void {
-    const text = buffer.toString('utf8');
     if (!this.sink.progressWanted) {
-      const leading = LEADING_TYPE.exec(text);
+      // Only the frame's start is looked at, as bytes (the type word is ASCII): a skipped frame (a progress_state
+      // lists every node of the workflow) is never decoded whole.
+      const leading = LEADING_TYPE.exec(buffer.toString('latin1', 0, LEADING_TYPE_BYTES));
       if (leading && PROGRESS_ONLY_TEXT.has(leading[1])) {
         this.stats.progressFramesSkipped += 1;
         return;
       }
     }
+    const text = buffer.toString('utf8');
     const read = readJsonText(text);
     if (!read.ok) {
       this.unreadable(text, buffer.length, `text frame that cannot be read: ${read.reason}`);

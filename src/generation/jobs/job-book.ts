@@ -174,6 +174,7 @@ export class JobBook implements LifeHost {
       silenceBackoff: 1,
     };
     this.watches.set(promptId, watch);
+    life.watch = watch;
     const sockets = this.connection.sockets();
     // The life is the listener. Frames it does not need are skipped by the socket only while no await-job
     // node wants progress (each tracker says so when it registers), so it never asks for them itself.
@@ -491,6 +492,7 @@ export class JobBook implements LifeHost {
     clearTimeout(watch.readTimer);
     watch.requests?.abort();
     this.watches.delete(life.promptId);
+    life.watch = undefined;
     this.waiting.delete(life);
     this.running.delete(life);
     this.firstChecks.delete(life);
@@ -509,8 +511,7 @@ export class JobBook implements LifeHost {
 
   /** The watch of this life; none once it was released (a later life of the same prompt_id is another's). */
   private watchOf(life: JobLife): Watch | undefined {
-    const watch = this.watches.get(life.promptId);
-    return watch?.life === life ? watch : undefined;
+    return life.watch as Watch | undefined;
   }
 
   private log(level: 'debug' | 'warn', message: string): void {

@@ -143,6 +143,11 @@ export function unknownFailure(): ExecutionError {
 
 export class JobLife {
   state: LifeState = 'submitted';
+  /**
+   * The book's record of this life (job-watch.ts) while the book holds it: found per event without a lookup,
+   * and gone once the life is released (a later life of the same prompt_id has its own).
+   */
+  watch?: object;
   node?: string;
   step?: { value: number; max: number };
   /**

@@ -160,9 +160,11 @@ export class ComfyUiDialect implements ServerDialect {
 
   /** The shared socket manager, created on first use. */
   events(): SocketManager {
+    // Asked once per await (and per event of a few): made once, and nothing else done on later calls.
+    if (this.socketManager) return this.socketManager;
     const { http, credential, baseUrl, clientId } = this.parts;
     const base = http.url('/');
-    this.socketManager ??= new SocketManager({
+    this.socketManager = new SocketManager({
       baseUrl,
       token: credential.socketToken,
       headers: credential.headers,
