@@ -92,6 +92,31 @@ describe('http client', () => {
     assert.match(error.message, /not JSON/);
   });
 
+  it('does not try again a GET its time limit cut, nor one its caller stopped', async () => {
+    const timed = new HttpClient({
+      baseUrl: `${server.url}/prefix/`,
+      serviceName: 'the test service',
+      retry: fast,
+      totalTimeoutMs: 300,
+    });
+    try {
+      server.faults.add({ path: '/prefix/api/thing', delayMs: 2000, times: 5 });
+      const late = await timed.json('/api/thing', { action: 'reading the thing' }).catch((e) => e);
+      assert.equal(late.code, 'network');
+      assert.match(late.message, /did not answer within 1 s/);
+      assert.equal(server.counters.count('/prefix/api/thing'), 1, 'one attempt, not three');
+      server.counters.reset();
+      const stopped = new AbortController();
+      setTimeout(() => stopped.abort(), 100);
+      const error = await client.json('/api/thing', { signal: stopped.signal }).catch((e) => e);
+      assert.equal(error.code, 'network');
+      assert.match(error.message, /was stopped before/);
+      assert.equal(server.counters.count('/prefix/api/thing'), 1, 'one attempt, not three');
+    } finally {
+      await timed.close(0);
+    }
+  });
+
   it('reports a service that does not answer as network', async () => {
     const nowhere = new HttpClient({
       baseUrl: 'http://127.0.0.1:1',
