@@ -47,11 +47,24 @@ const TERMINAL_EVENTS = new Set(['execution_success', 'execution_error', 'execut
  * live previews and per-node step states are most of the frames a busy server sends).
  */
 const PROGRESS_ONLY_TEXT = new Set(['progress_state']);
+/**
+ * How a progress-only text frame starts, byte for byte, as ComfyUI writes it (Python's json.dumps, spaced) and
+ * as a compact writer would: a frame that starts so is skipped without being decoded (a progress_state lists
+ * every node of the workflow, twenty of them a job). A frame written otherwise is parsed, then skipped.
+ */
+const PROGRESS_ONLY_STARTS = [...PROGRESS_ONLY_TEXT].flatMap((type) => [
+  Buffer.from(`{"type": "${type}"`),
+  Buffer.from(`{"type":"${type}"`),
+]);
 const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
 /** A text frame's type when it comes first, as the services send it; a frame in another order is parsed. */
 const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
-/** The bytes of a frame's start that LEADING_TYPE is tried on (a type word and a few spaces). */
-const LEADING_TYPE_BYTES = 64;
+
+function startsAsProgressOnly(buffer: Buffer): boolean {
+  for (const start of PROGRESS_ONLY_STARTS)
+    if (buffer.length >= start.length && start.compare(buffer, 0, start.length) === 0) return true;
+  return false;
+}
 
 /** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
 function queueRemaining(data: Record<string, unknown>): number | undefined {
@@ -154,14 +167,9 @@ export class FrameReader {
   }
 
   private text(buffer: Buffer): void {
-    if (!this.sink.progressWanted) {
-      // Only the frame's start is looked at, as bytes (the type word is ASCII): a skipped frame (a progress_state
-      // lists every node of the workflow) is never decoded whole.
-      const leading = LEADING_TYPE.exec(buffer.toString('latin1', 0, LEADING_TYPE_BYTES));
-      if (leading && PROGRESS_ONLY_TEXT.has(leading[1])) {
-        this.stats.progressFramesSkipped += 1;
-        return;
-      }
+    if (!this.sink.progressWanted && startsAsProgressOnly(buffer)) {
+      this.stats.progressFramesSkipped += 1;
+      return;
     }
     const text = buffer.toString('utf8');
     const read = readJsonText(text);
@@ -173,6 +181,10 @@ export class FrameReader {
     const type = isRecord(message) ? ownValue(message, 'type') : undefined;
     if (typeof type !== 'string' || type.length > MAX_TYPE) {
       this.sink.drop('text frame without a type word');
+      return;
+    }
+    if (!this.sink.progressWanted && PROGRESS_ONLY_TEXT.has(type)) {
+      this.stats.progressFramesSkipped += 1;
       return;
     }
     // An error message or traceback may echo a key: such an event is passed on without it. Searched in the

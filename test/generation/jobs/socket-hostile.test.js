@@ -96,7 +96,7 @@ describe('socket frames from a hostile server', () => {
 });
 
 describe('the frame reader: job ids and the jobs it sees executing', () => {
-  function reader() {
+  function reader({ progressWanted = true } = {}) {
     const seen = { jobs: [], drops: [] };
     const stats = {
       framesReceived: 0,
@@ -105,17 +105,38 @@ describe('the frame reader: job ids and the jobs it sees executing', () => {
       progressFramesSkipped: 0,
     };
     const frames = new FrameReader([], 1024 * 1024, stats, {
-      progressWanted: true,
+      progressWanted,
       epoch: 1,
-      job: (promptId) => seen.jobs.push(promptId),
+      job: (promptId, event) => {
+        seen.jobs.push(promptId);
+        seen.types?.push(event.type);
+      },
       status: () => undefined,
       notification: () => undefined,
       features: () => undefined,
       drop: (reason) => seen.drops.push(reason),
     });
     const text = (value) => frames.read(Buffer.from(JSON.stringify(value)), false);
-    return { frames, seen, text };
+    return { frames, seen, stats, text };
   }
+
+  it('while no await wants progress, a progress_state frame is skipped however it is written; other frames are read', () => {
+    const { seen, stats, frames } = reader({ progressWanted: false });
+    seen.types = [];
+    const data = '{"prompt_id": "p1", "nodes": {"2": {"state": "running", "value": 3, "max": 14}}}';
+    const written = [
+      `{"type": "progress_state", "data": ${data}}`, // ComfyUI's own, skipped by its first bytes
+      `{"type":"progress_state","data":${data}}`, // compact
+      `{ "type" : "progress_state", "data": ${data}}`, // spaced otherwise: parsed, then skipped
+      `{"data": ${data}, "type": "progress_state"}`, // type last: parsed, then skipped
+      `{"type": "progress_stateful", "data": ${data}}`, // another word that begins alike: read
+      `{"type": "progress", "data": {"prompt_id": "p1", "value": 3, "max": 14}}`,
+      `{"type": "progress_state"`, // cut short, but it starts as one: skipped unread like the first
+    ];
+    for (const frame of written) frames.read(Buffer.from(frame), false);
+    assert.equal(stats.progressFramesSkipped, 5);
+    assert.deepEqual(seen.types, ['progress_stateful', 'progress']);
+  });
 
   it('a stream of execution_start with distinct ids keeps a bounded set of executing jobs', () => {
     const { frames, text } = reader();
