@@ -58,7 +58,12 @@ function child(args) {
   const profile = process.env.BENCH_CPU_PROF && args[0] === '--client';
   const process_ = fork(__filename, args, {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    execArgv: profile ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [],
+    execArgv: [
+      ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []),
+      ...(process.env.BENCH_CLIENT_ARGS && args[0] === '--client'
+        ? process.env.BENCH_CLIENT_ARGS.split(' ')
+        : []),
+    ],
   });
   const pending = new Map();
   const listeners = [];
@@ -318,7 +323,13 @@ async function main() {
       const order = round % 2 === 0 ? sides : [...sides].reverse();
       for (const [name, root] of order) {
         const side = name === 'bare' ? 'bare' : 'classes';
-        runs[name].push(await runSide(side, jobs, root));
+        const run = await runSide(side, jobs, root);
+        runs[name].push(run);
+        // BENCH_VERBOSE=1: each run as it ends (the spread the medians hide).
+        if (process.env.BENCH_VERBOSE)
+          console.error(
+            `${jobs} ${name}: CPU ${(run.cpuMs / 1000).toFixed(2)} s, p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(1)} ms`,
+          );
       }
     }
     for (const [name] of sides) {
