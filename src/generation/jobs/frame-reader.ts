@@ -61,9 +61,15 @@ const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
 const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
 
 function startsAsProgressOnly(buffer: Buffer): boolean {
-  for (const start of PROGRESS_ONLY_STARTS)
-    if (buffer.length >= start.length && start.compare(buffer, 0, start.length) === 0) return true;
+  for (const start of PROGRESS_ONLY_STARTS) if (startsWith(buffer, start)) return true;
   return false;
+}
+
+/** Byte by byte: a frame differs from a start within its first bytes, before a native compare's own cost. */
+function startsWith(buffer: Buffer, start: Buffer): boolean {
+  if (buffer.length < start.length) return false;
+  for (let index = 0; index < start.length; index++) if (buffer[index] !== start[index]) return false;
+  return true;
 }
 
 /** `status` events carry the queue count as `status.exec_info.queue_remaining` or flat. */
