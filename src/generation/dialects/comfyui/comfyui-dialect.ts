@@ -78,6 +78,9 @@ export class ComfyUiDialect implements ServerDialect {
       try {
         const result = await this.rest.submit(prompt, this.parts.clientId, extraData, signal, promptId);
         if (result.prompt_id !== promptId) this.parts.submitting(result.prompt_id);
+        // The same id as the one minted here: that string is kept, not the answer's copy of it (each of
+        // thousands of awaited jobs keeps its id in several maps; one string serves them all).
+        else result.prompt_id = promptId;
         return result;
       } catch (error) {
         // Only a request that may have reached the server: one that never left is not there.
