@@ -31,6 +31,12 @@ const ROLE = ARGS[0];
 const SIZES = (ARGS.find((arg) => /^\d[\d,]*$/.test(arg)) ?? '1000,10000,30000').split(',').map(Number);
 const ROUNDS = ARGS.includes('--rounds') ? Number(ARGS[ARGS.indexOf('--rounds') + 1]) : 5;
 const COMPARE = ARGS.includes('--compare') ? path.resolve(ARGS[ARGS.indexOf('--compare') + 1]) : undefined;
+/**
+ * --warm <jobs>: each client first runs this many jobs the same way, unmeasured, as a Node-RED that has run
+ * for a while has its code compiled. Without it a short run measures V8's warm-up too: the first frames of the
+ * burst run unoptimised, and the client falls behind the sandbox for the rest of it.
+ */
+const WARM = ARGS.includes('--warm') ? Number(ARGS[ARGS.indexOf('--warm') + 1]) : 0;
 const SUBMITS_AT_ONCE = 64;
 /** Three nodes, 14 sampler steps (progress, progress_state and a preview each). */
 const WORKFLOW = {
@@ -117,6 +123,10 @@ async function runSandbox() {
         others: api.length - submits - lists,
         stamps: Object.fromEntries(sandbox.events.completionsSent),
       });
+    } else if (message.cmd === 'resetCounters') {
+      // What the warm-up asked is not the run's.
+      sandbox.counters.requests.length = 0;
+      reply({});
     } else if (message.cmd === 'close') {
       void sandbox.close().then(() => {
         reply({});
@@ -129,8 +139,9 @@ async function runSandbox() {
 
 /** One side, in its own process: `--client <side> <url> <jobs> [root]`. */
 async function runClient() {
-  const [, side, url, jobsText, root] = ARGS;
+  const [, side, url, jobsText, warmText, root] = ARGS;
   const jobs = Number(jobsText);
+  const warm = Number(warmText);
   const collect = fullCollector();
   const measure = side === 'bare' ? bareClient : classesClient;
   let gcCpu = 0;
@@ -143,6 +154,7 @@ async function runClient() {
     return process.memoryUsage().heapUsed;
   };
   const client = await measure(url, root);
+  if (warm > 0) await warmUp(client, warm);
   const heapBefore = heapNow();
   const cpu = process.cpuUsage();
   const endedAt = new Float64Array(jobs);
@@ -190,6 +202,32 @@ async function runClient() {
     // Exit once the message is out: a large one (30,000 ids) is still being written when send returns.
     () => process.exit(0),
   );
+}
+
+/** Runs `jobs` jobs as the measured ones run, unmeasured; resolves once the sandbox has forgotten the requests. */
+async function warmUp(client, jobs) {
+  let settled = 0;
+  let allSettled;
+  const finished = new Promise((resolve) => (allSettled = resolve));
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs) {
+      next++;
+      client.await(await client.submit(), () => {
+        if (++settled === jobs) allSettled();
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: SUBMITS_AT_ONCE }, worker));
+  process.send({ event: 'warm-submitted' });
+  await finished;
+  await new Promise((resolve) => {
+    process.once('message', (message) => {
+      process.send({ id: message.id });
+      resolve();
+    });
+    process.send({ event: 'warm' });
+  });
 }
 
 function fullCollector() {
@@ -272,11 +310,15 @@ async function classesClient(url, root = path.join(__dirname, '..')) {
 async function runSide(side, jobs, root) {
   const sandbox = child(['--sandbox']);
   const url = await sandbox.ready;
-  const client = child(['--client', side, url, String(jobs), ...(root ? [root] : [])]);
+  const client = child(['--client', side, url, String(jobs), String(WARM), ...(root ? [root] : [])]);
   const done = new Promise((resolve) => {
     client.on(async (message) => {
       if (message.event === 'submitted') await sandbox.call('runAll');
-      else if (message.event === 'done') resolve(message);
+      else if (message.event === 'warm-submitted') await sandbox.call('runAll');
+      else if (message.event === 'warm') {
+        await sandbox.call('resetCounters');
+        await client.call('go');
+      } else if (message.event === 'done') resolve(message);
     });
   });
   const result = await done;
