@@ -159,25 +159,12 @@ async function runClient() {
   const cpu = process.cpuUsage();
   const endedAt = new Float64Array(jobs);
   const ids = new Array(jobs);
-  let settled = 0;
   let completed = 0;
-  let allSettled;
-  const finished = new Promise((resolve) => (allSettled = resolve));
-  let next = 0;
-  // Each job awaited the moment its submit is answered, as a submit node wired to an await-job node does.
-  const worker = async () => {
-    while (next < jobs) {
-      const index = next++;
-      const id = await client.submit();
-      ids[index] = id;
-      client.await(id, (ok) => {
-        endedAt[index] = clock();
-        if (ok) completed += 1;
-        if (++settled === jobs) allSettled();
-      });
-    }
-  };
-  await Promise.all(Array.from({ length: SUBMITS_AT_ONCE }, worker));
+  const { finished } = await submitAll(client, jobs, (index, id, ok) => {
+    endedAt[index] = clock();
+    ids[index] = id;
+    if (ok) completed += 1;
+  });
   const heapAfter = heapNow();
   process.send({ event: 'submitted' });
   // How long the event loop was held while the jobs ran: a block delays every result that comes during it.
@@ -204,21 +191,33 @@ async function runClient() {
   );
 }
 
-/** Runs `jobs` jobs as the measured ones run, unmeasured; resolves once the sandbox has forgotten the requests. */
-async function warmUp(client, jobs) {
+/**
+ * Submits `jobs` jobs, SUBMITS_AT_ONCE at a time, each awaited the moment its submit is answered (as a submit node
+ * wired to an await-job node does); `ended(index, id, ok)` as each ends. Resolves once all are submitted, with
+ * `finished`, which resolves once all have ended.
+ */
+async function submitAll(client, jobs, ended) {
   let settled = 0;
   let allSettled;
   const finished = new Promise((resolve) => (allSettled = resolve));
   let next = 0;
   const worker = async () => {
     while (next < jobs) {
-      next++;
-      client.await(await client.submit(), () => {
+      const index = next++;
+      const id = await client.submit();
+      client.await(id, (ok) => {
+        ended(index, id, ok);
         if (++settled === jobs) allSettled();
       });
     }
   };
   await Promise.all(Array.from({ length: SUBMITS_AT_ONCE }, worker));
+  return { finished };
+}
+
+/** Runs `jobs` jobs as the measured ones run, unmeasured; resolves once the sandbox has forgotten the requests. */
+async function warmUp(client, jobs) {
+  const { finished } = await submitAll(client, jobs, () => undefined);
   process.send({ event: 'warm-submitted' });
   await finished;
   await new Promise((resolve) => {
