@@ -43,7 +43,7 @@ import {
  * EventTarget) costs several times as much to make and to listen to (a tenth of a submit's own CPU when
  * thousands are sent at once).
  */
-export class RequestAbort extends EventEmitter {
+class RequestAbort extends EventEmitter {
   aborted = false;
   reason: unknown;
 

@@ -122,8 +122,9 @@ export class RequestClock {
     this.timerAt = now + ms;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      const left = this.deadline - Date.now();
-      if (left > 0) this.setTimer(Date.now(), left);
+      const fired = Date.now();
+      const left = this.deadline - fired;
+      if (left > 0) this.setTimer(fired, left);
       else this.expire();
     }, ms);
   }
