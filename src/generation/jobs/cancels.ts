@@ -9,6 +9,7 @@
  * `interrupted`) makes a job it later forgets a cancelled one. No Node-RED inside.
  */
 import { ServiceError } from '../../http/errors';
+import { setOwn } from '../../boundary/outside';
 import type { HttpClient } from '../../http/client';
 import { lacksRoute, phaseInQueue, type JobLookup, type LookupAnswer, type QueueRead } from './job-lookup';
 import { RecentMap } from './recent-map';
@@ -131,7 +132,7 @@ export async function cancelJobs(
       outcome.body = index === 0 ? rest.body : answers;
       return outcome;
     }
-    answers[id] = answer.body;
+    setOwn(answers, id, answer.body); // a job id from a msg may be any word, __proto__ too
     addTo(
       outcome,
       id,

@@ -345,6 +345,16 @@ describe("a job's life", () => {
       assert.equal(detail.status, 'cancelled', 'its word for an interrupted job since 0.9');
     });
 
+    it('ComfyUI 0.26 and later: a cancel of a job id that is a prototype word answers for it in msg.payload', async () => {
+      const { connection, queued } = await loadFlow({ generation: { serverVersion: '0.33.0' } });
+      const waiting = sandbox.jobs.submit(workflow(HANG), connection.clientId);
+      helper.getNode('queue').receive({ prompt_id: ['__proto__', waiting.id] });
+      const out = await queued.next(1, 5000);
+      assert.deepEqual(Object.keys(out.payload), ['__proto__', waiting.id]);
+      assert.equal(Object.getPrototypeOf(out.payload), Object.prototype);
+      assert.deepEqual(out.not_queued, ['__proto__']);
+    });
+
     it('older servers are never sent the cancel route', async () => {
       const { connection, queued } = await loadFlow();
       const waiting = sandbox.jobs.submit(workflow(HANG), connection.clientId);
