@@ -115,6 +115,20 @@ describe('generation REST pieces', () => {
     assert.throws(() => applyOverrides(template, { 1: 5 }), /msg.inputs\["1"\] must be an object/);
   });
 
+  it('applies msg.inputs to nodes whose ids are prototype words, as to any other', () => {
+    const template = validateWorkflow(
+      JSON.parse(
+        '{"__proto__": {"class_type": "A", "inputs": {"text": "a"}}, "constructor": {"class_type": "A", "inputs": {"text": "a"}}}',
+      ),
+    );
+    const copy = applyOverrides(
+      template,
+      JSON.parse('{"__proto__": {"text": "b"}, "constructor": {"text": "c"}}'),
+    );
+    assert.equal(Object.getOwnPropertyDescriptor(copy, '__proto__').value.inputs.text, 'b');
+    assert.equal(copy.constructor.inputs.text, 'c');
+  });
+
   it('reads file references from one, an array, or an await-job result', () => {
     const ref = { filename: 'a.png', subfolder: 's', type: 'output' };
     assert.deepEqual(referencesOf(ref), [ref]);

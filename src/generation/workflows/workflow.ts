@@ -8,7 +8,7 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { invalidInput } from '../../http/errors';
 import { inputSpecsOf } from './node-definitions';
 import { isRecord } from '../../boundary/json-values';
-import { setOwn } from '../../boundary/outside';
+import { ownValue, setOwn } from '../../boundary/outside';
 
 export interface WorkflowNode {
   class_type?: string;
@@ -141,7 +141,8 @@ export function resolveOverrides(workflow: Workflow, overrides: unknown): InputO
       id = titled[0];
     }
     if (!isRecord(inputs)) throw invalidInput(`msg.inputs["${key}"] must be an object of input values`);
-    resolved[id] = { ...resolved[id], ...inputs };
+    // Node ids are words of the workflow: __proto__ is a node id like any other, kept as an own key.
+    setOwn(resolved, id, { ...(ownValue(resolved, id) as InputOverrides[string] | undefined), ...inputs });
   }
   return resolved;
 }
@@ -250,8 +251,9 @@ export function applyNewSeeds(
   const used = new Map<string, Record<string, number>>();
   for (const seed of seeds) {
     const inputs = workflow[seed.id].inputs;
-    if (!(kept[seed.id] && Object.hasOwn(kept[seed.id], seed.input))) {
-      inputs[seed.input] = random(seed.min, seed.max);
+    const keptInputs = ownValue(kept, seed.id) as InputOverrides[string] | undefined;
+    if (!(keptInputs && Object.hasOwn(keptInputs, seed.input))) {
+      setOwn(inputs, seed.input, random(seed.min, seed.max));
     }
     const value = inputs[seed.input];
     if (typeof value !== 'number') continue;
@@ -260,7 +262,7 @@ export function applyNewSeeds(
   const values: SeedValues = {};
   for (const [id, inputs] of used) {
     const names = Object.keys(inputs);
-    values[id] = names.length === 1 ? inputs[names[0]] : inputs;
+    setOwn(values, id, names.length === 1 ? inputs[names[0]] : inputs);
   }
   return values;
 }

@@ -84,4 +84,22 @@ describe('new seeds', () => {
     assert.deepEqual(used, { 1: 8, 2: { noise_seed: 8, variation: 1 } });
     assert.deepEqual(workflow[2].inputs, { noise_seed: 8, variation: 1 });
   });
+
+  it('a node whose id is a prototype word gets its new seed, and msg.seeds names it', () => {
+    // Node ids are words of the workflow (JSON.parse keeps "__proto__" as an own key).
+    const workflow = JSON.parse(
+      '{"__proto__": {"class_type": "A", "inputs": {"seed": 5}}, "constructor": {"class_type": "A", "inputs": {"seed": 5}}}',
+    );
+    const seeds = [
+      { id: '__proto__', input: 'seed', min: 0, max: 9 },
+      { id: 'constructor', input: 'seed', min: 0, max: 9 },
+    ];
+    const used = applyNewSeeds(workflow, seeds, {}, () => 8);
+    assert.deepEqual(Object.entries(used), [
+      ['__proto__', 8],
+      ['constructor', 8],
+    ]);
+    assert.equal(Object.getPrototypeOf(used), Object.prototype);
+    assert.equal(workflow['__proto__'].inputs.seed, 8);
+  });
 });
