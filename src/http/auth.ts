@@ -7,6 +7,7 @@
  * Node-RED inside.
  */
 import { invalidInput } from './errors';
+import { shownValue } from '../boundary/json-values';
 
 export type AuthScheme = 'none' | 'apiKey' | 'bearer' | 'basic' | 'header';
 
@@ -110,7 +111,7 @@ export class Credential {
         return namedHeader(settings.headerName, secret, token);
       default:
         throw invalidInput(
-          `the config node's authentication ${JSON.stringify(String(scheme))} is not one of ${AUTH_SCHEMES.join(', ')}: choose one in the config node`,
+          `the config node's authentication ${shownValue(scheme)} is not one of ${AUTH_SCHEMES.join(', ')}: choose one in the config node`,
         );
     }
   }

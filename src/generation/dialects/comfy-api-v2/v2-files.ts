@@ -19,6 +19,7 @@ import { Readable } from 'node:stream';
 import { createBLAKE3 } from 'hash-wasm';
 import type { HttpClient, RawResponse } from '../../../http/client';
 import { ServiceError, invalidInput } from '../../../http/errors';
+import { shownValue } from '../../../boundary/json-values';
 import { multipartBody, type FormPart } from '../../transfer/multipart-body';
 import {
   uploadPartOf,
@@ -125,7 +126,7 @@ export class V2Files {
     }
     if (request.type !== undefined && request.type !== '' && request.type !== 'input') {
       throw invalidInput(
-        `Comfy API v2 uploads inputs only, not files of type ${JSON.stringify(String(request.type).slice(0, 40))}: leave the type empty or set it to input`,
+        `Comfy API v2 uploads inputs only, not files of type ${shownValue(request.type)}: leave the type empty or set it to input`,
       );
     }
     const { part: filePart, filename: name } = await uploadPartOf(request, 'file', checkedName);
