@@ -201,6 +201,33 @@ describe('a job told truly', () => {
     assert.equal(ended.payload.error.exception_type, 'JobLost');
   }).timeout(12000);
 
+  it('a cancel whose delete the queue does not confirm does not make the job cancelled when the server forgets it', async () => {
+    let listed = true;
+    server.route = (req) => {
+      if (req.url === '/api/system_stats') return [500, { error: 'broken' }];
+      // The delete is answered, but the job stays in the queue: the cancel is not confirmed.
+      if (req.url === '/api/queue' && req.method === 'POST') return [200, {}];
+      if (req.url === '/api/queue')
+        return [200, { queue_running: [], queue_pending: listed ? [[0, 'w11', {}, {}, []]] : [] }];
+      if (req.url === '/api/history/w11') return [200, {}];
+      return undefined;
+    };
+    const { failed, queued } = await load({}, { action: 'cancel' });
+    helper.getNode('await').receive({ prompt_id: 'w11' });
+    await until(() => server.requests.some((r) => r.url === '/api/queue'), 'the first check');
+    await sleep(200);
+    helper.getNode('queue').receive({ prompt_id: 'w11' });
+    const out = await queued.next(1, 3000);
+    assert.deepEqual(out.unconfirmed, ['w11']);
+    assert.deepEqual(out.removed, []);
+    // Taken out elsewhere later: the server forgets it, and says the queue changed.
+    listed = false;
+    server.send({ type: 'status', data: { status: { exec_info: { queue_remaining: 0 } } } });
+    const ended = await failed.next(1, 8000);
+    assert.equal(ended.payload.status, 'failed', `ended ${ended.payload.status}, not lost`);
+    assert.equal(ended.payload.error.exception_type, 'JobLost');
+  }).timeout(12000);
+
   it('a cancel on a server of unknown version whose queue cannot be read sends the targeted interrupt to the job its socket reports running', async () => {
     server.route = (req) => {
       if (req.url === '/api/system_stats') return [500, { error: 'broken' }];
