@@ -83,6 +83,21 @@ export function textOf(value: unknown, max = MAX_TEXT): string | undefined {
   return undefined;
 }
 
+/** An RFC 3339 date-time: `2026-11-26T21:33:51.006331+00:00`, `...Z`, or without a zone (read as UTC). */
+const RFC3339_TIME = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?)([Zz]|[+-]\d{2}:\d{2})?$/;
+
+/**
+ * A date-time from outside in ms since the epoch, or undefined when it is not one. Only RFC 3339 is read:
+ * `Date.parse` alone takes almost any text for some date (`"!6!$"` is June 2001), which would be a wrong fact.
+ */
+export function readTime(value: unknown): number | undefined {
+  if (typeof value !== 'string' || value.length > 40) return undefined;
+  const parts = RFC3339_TIME.exec(value);
+  if (!parts) return undefined;
+  const time = Date.parse(`${parts[1]}T${parts[2]}${parts[3] ?? 'Z'}`);
+  return Number.isFinite(time) ? time : undefined;
+}
+
 /**
  * A thrown value's words for a sentence or a log line: an Error's message when it is a string, a text value as
  * it is, anything else by its kind. Never throws (an Error's `message` may be a getter that throws).

@@ -31,6 +31,31 @@ describe('boundary primitives (fuzzed)', () => {
     );
   });
 
+  it('readTime reads RFC 3339 date-times only: any other value is no time, never some date', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(hostileJson(), fc.anything(), fc.string({ maxLength: 40 })),
+        fc.date({ min: new Date(0), max: new Date('2200-01-01T00:00:00Z'), noInvalidDate: true }),
+        (value, date) => {
+          const time = outside.readTime(value);
+          if (time !== undefined) {
+            assert.equal(typeof value, 'string');
+            assert.match(value, /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}/);
+          }
+          // Written as a server writes it (Python's isoformat with an offset, or Z), it is read exactly.
+          const iso = date.toISOString();
+          assert.equal(outside.readTime(iso), date.getTime());
+          assert.equal(outside.readTime(iso.replace('Z', '000+00:00')), date.getTime());
+        },
+      ),
+      fuzzOptions(300),
+    );
+    for (const text of ['!6!$', '6', '2026', '1 2', 'x 12', '2026-11-26', 'Thu, 26 Nov 2026 21:33:51 GMT'])
+      assert.equal(outside.readTime(text), undefined, text);
+    assert.equal(outside.readTime('2026-11-26T21:33:51.006331+01:00'), Date.UTC(2026, 10, 26, 20, 33, 51, 6));
+    assert.equal(outside.readTime('2026-11-26T21:33:51'), Date.UTC(2026, 10, 26, 21, 33, 51));
+  });
+
   it('a text of 100,000 levels is refused in one pass, and strings holding brackets do not count', () => {
     assert.equal(outside.readJsonText(deepJson(100_000)).ok, false);
     assert.equal(outside.readJsonText(deepJson(100_000, '0', 'toString')).ok, false);

@@ -176,6 +176,38 @@ describe('the v2 job-events reader (fuzzed)', () => {
     );
   });
 
+  it('a created_at that is no date is no time: an ended job is not met again as new (found by the fuzz, run 1,360)', async () => {
+    const [other, job, later] = IDS;
+    const listed = (jobs) => ({
+      list: { status: 200, body: { jobs, truncated: false }, json: true },
+      job: {},
+    });
+    const looks = [
+      listed([{ id: job, status: 'queued', created_at: CREATED.get(job) }]),
+      // Date.parse reads "!6!$" as June 2001: the job ended looked older than anything, and was forgotten.
+      listed([
+        { id: other, status: 'queued', created_at: CREATED.get(other) },
+        { id: job, status: 'succeeded', created_at: '!6!$', outputs: [] },
+      ]),
+      listed([
+        { id: later, status: 'running', created_at: CREATED.get(later) },
+        { id: job, status: 'canceling', created_at: CREATED.get(job) },
+      ]),
+    ];
+    let now = looks[0];
+    const { watch, teller, told } = watchOf(
+      fakeHttp(() => now),
+      'all',
+    );
+    for (const look of looks) {
+      now = look;
+      assert.equal((await watch.look(new AbortController().signal)).kind, 'read');
+      teller.fresh = false;
+    }
+    const steps = told.filter((event) => event.prompt_id === job).map((event) => event.topic);
+    assert.deepEqual(steps, ['started', 'completed']);
+  });
+
   it('a look whose list cannot be read tells nothing and changes nothing remembered', async () => {
     const unreadableList = fc.oneof(
       fc.constantFrom(

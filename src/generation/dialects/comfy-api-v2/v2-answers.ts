@@ -10,7 +10,7 @@
  * Past 400 lines: every v2 answer's shape and its meaning, read in one place. No Node-RED inside.
  */
 import { isRecord } from '../../../boundary/json-values';
-import { ownValue, readOk, textOf, unreadable, type Read } from '../../../boundary/outside';
+import { ownValue, readOk, readTime, textOf, unreadable, type Read } from '../../../boundary/outside';
 import { dropOne, readJobId, type Dropped } from '../../jobs/job-ids';
 import type { EndedAnswer, ExecutionError, LookupAnswer, QueueRead, Unreadable } from '../../jobs/job-lookup';
 import { MAX_ASSET_ID, type JobOutputs } from '../../jobs/job-outputs';
@@ -189,9 +189,8 @@ export function readV2Job(body: unknown): Read<V2Job> {
   if (error) job.error = error;
   const metadata = ownText(body, 'metadata', V2_LIMITS.metadata);
   if (metadata !== undefined) job.metadata = metadata;
-  const created = ownValue(body, 'created_at');
-  const createdAt = typeof created === 'string' && created.length <= 100 ? Date.parse(created) : NaN;
-  if (Number.isFinite(createdAt)) job.createdAt = createdAt;
+  const createdAt = readTime(ownValue(body, 'created_at'));
+  if (createdAt !== undefined) job.createdAt = createdAt;
   return readOk(job);
 }
 
