@@ -96,8 +96,10 @@ describe('graph-gen-await-job', () => {
     assert.equal(sandbox.counters.count(`/api/jobs/${job.id}`), 0, 'all outputs came over the socket');
     await sleep(200);
     assert.equal(failed.received.length + progress.received.length, 0, 'progress is off by default');
-    // 4 nodes and 3 steps: 8 + 3 progress_state frames and 3 previews, which no node of this flow wants.
-    assert.equal(connection.sockets().stats.progressFramesSkipped, 14, 'skipped unread');
+    // 4 nodes and 3 steps: 8 + 3 progress_state frames and 3 previews, which no node of this flow wants, and
+    // the steps' progress frames past the first within 100 ms (the status shows the step read).
+    const skipped = connection.sockets().stats.progressFramesSkipped;
+    assert.ok(skipped >= 14 && skipped <= 16, `${skipped} skipped unread`);
     assert.deepEqual(status.at(-1), { fill: 'green', shape: 'dot', text: 'done' });
     assert.ok(
       status.some((s) => /^running/.test(s.text)),

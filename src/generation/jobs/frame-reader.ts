@@ -3,7 +3,7 @@
  * removed, and each event handed on by what it is: a job's event by its `prompt_id`, the queue's `status`, a
  * `notification`, the server's `feature_flags`. Binary previews and texts without a `prompt_id` (types 1 and 3)
  * go to the one job executing, which only the events tell. Progress-only frames are skipped unread while no
- * await wants them.
+ * await wants them, and `progress` frames then read at most one per PROGRESS_READ_MS.
  * The boundary of the socket: what a frame holds is read here (src/boundary/outside.ts), and only typed values
  * go on. Never throws: a frame that cannot be read is dropped with a reason; when it names a job (an `executed`
  * nested too deep), the job is told it lost an event (UNREADABLE_EVENT), so what it made is asked of the server
@@ -57,11 +57,20 @@ const PROGRESS_ONLY_STARTS = [...PROGRESS_ONLY_TEXT].flatMap((type) => [
   Buffer.from(`{"type":"${type}"`),
 ]);
 const PROGRESS_ONLY_BINARY = new Set([1, 3, 4]);
+/**
+ * `progress` frames (a sampler's steps, one a step) feed progress output, and also the step an await-job node's
+ * status shows and the running state of a job whose start was missed. While no await wants progress they are
+ * read at most one per PROGRESS_READ_MS on a socket, the rest skipped unread: a self-hosted server runs one job
+ * at a time, so its status is never older than that; a burst of thousands of jobs ending together skips nearly
+ * all of them. Matched with the comma, so that `progress_state` never is.
+ */
+const PROGRESS_STARTS = [Buffer.from('{"type": "progress",'), Buffer.from('{"type":"progress",')];
+export const PROGRESS_READ_MS = 100;
 /** A text frame's type when it comes first, as the services send it; a frame in another order is parsed. */
 const LEADING_TYPE = /^\{\s*"type"\s*:\s*"([a-z_]+)"/;
 
-function startsAsProgressOnly(buffer: Buffer): boolean {
-  for (const start of PROGRESS_ONLY_STARTS) if (startsWith(buffer, start)) return true;
+function startsAsOneOf(buffer: Buffer, starts: Buffer[]): boolean {
+  for (const start of starts) if (startsWith(buffer, start)) return true;
   return false;
 }
 
@@ -134,6 +143,8 @@ export class FrameReader {
   private readonly executing = new Set<string>();
   /** More than MAX_EXECUTING were seen since the queue was last empty: the one executing is not known. */
   private executingUnknown = false;
+  /** When a `progress` frame was last read while no await wanted progress (see PROGRESS_READ_MS). */
+  private progressReadAt = 0;
   /** The secrets in every form they may be written in, to look for in a frame. */
   private readonly secretSearch: SecretSearch;
 
@@ -173,7 +184,7 @@ export class FrameReader {
   }
 
   private text(buffer: Buffer): void {
-    if (!this.sink.progressWanted && startsAsProgressOnly(buffer)) {
+    if (!this.sink.progressWanted && this.skipsUnread(buffer)) {
       this.stats.progressFramesSkipped += 1;
       return;
     }
@@ -226,6 +237,16 @@ export class FrameReader {
     }
     this.trackExecuting(type, data, promptId);
     this.sink.job(promptId, { type, data, epoch: this.sink.epoch, bytes: buffer.length });
+  }
+
+  /** While no await wants progress: a progress-only frame, or a `progress` frame within PROGRESS_READ_MS of the last read. */
+  private skipsUnread(buffer: Buffer): boolean {
+    if (startsAsOneOf(buffer, PROGRESS_ONLY_STARTS)) return true;
+    if (!startsAsOneOf(buffer, PROGRESS_STARTS)) return false;
+    const now = Date.now();
+    if (now - this.progressReadAt < PROGRESS_READ_MS) return true;
+    this.progressReadAt = now;
+    return false;
   }
 
   /**

@@ -59,7 +59,7 @@ export interface SocketStats {
   bufferedEventsDropped: number;
   /** Previews and texts without a prompt_id while no single job was executing: dropped. */
   unattributedFrames: number;
-  /** Progress-only frames skipped unread because no await wanted progress. */
+  /** Frames skipped unread because no await wanted progress: progress-only ones, and `progress` ones thinned. */
   progressFramesSkipped: number;
 }
 

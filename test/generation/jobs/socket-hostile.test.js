@@ -9,7 +9,11 @@ const helper = require('node-red-node-test-helper');
 const { WebSocketServer } = require('ws');
 const { startSandbox } = require('../../../dist/sandbox');
 const { JobBook } = require('../../../dist/generation/jobs/job-book');
-const { FrameReader, MAX_EXECUTING } = require('../../../dist/generation/jobs/frame-reader');
+const {
+  FrameReader,
+  MAX_EXECUTING,
+  PROGRESS_READ_MS,
+} = require('../../../dist/generation/jobs/frame-reader');
 const { ALL_NODES, textOf } = require('../../support/generation-nodes');
 const { KEY, awaitFlow, collect, sleep, until, workflow, withFastSockets } = require('../../support/sockets');
 
@@ -136,6 +140,33 @@ describe('the frame reader: job ids and the jobs it sees executing', () => {
     for (const frame of written) frames.read(Buffer.from(frame), false);
     assert.equal(stats.progressFramesSkipped, 5);
     assert.deepEqual(seen.types, ['progress_stateful', 'progress']);
+  });
+
+  it('while no await wants progress, progress frames are read at most one per 100 ms; all of them when one does', async () => {
+    const progress = (value) =>
+      Buffer.from(
+        `{"type": "progress", "data": {"value": ${value}, "max": 99, "prompt_id": "p1", "node": "3"}}`,
+      );
+    const thin = reader({ progressWanted: false });
+    thin.seen.types = [];
+    for (let value = 0; value < 50; value++) thin.frames.read(progress(value), false);
+    // The first is read (it feeds the await node's step and a missed start), the rest within 100 ms are not.
+    assert.deepEqual(thin.seen.types, ['progress']);
+    assert.equal(thin.stats.progressFramesSkipped, 49);
+    // Written another way, it is parsed and handed on, as before.
+    thin.frames.read(
+      Buffer.from('{ "type" : "progress", "data": {"prompt_id": "p1", "value": 1, "max": 2}}'),
+      false,
+    );
+    assert.equal(thin.seen.types.length, 2);
+    await new Promise((resolve) => setTimeout(resolve, PROGRESS_READ_MS + 20));
+    thin.frames.read(progress(50), false);
+    assert.equal(thin.seen.types.length, 3, 'read again once 100 ms have passed');
+    const all = reader({ progressWanted: true });
+    all.seen.types = [];
+    for (let value = 0; value < 50; value++) all.frames.read(progress(value), false);
+    assert.equal(all.seen.types.length, 50);
+    assert.equal(all.stats.progressFramesSkipped, 0);
   });
 
   it('a stream of execution_start with distinct ids keeps a bounded set of executing jobs', () => {
