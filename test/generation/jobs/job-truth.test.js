@@ -178,52 +178,47 @@ describe('a job told truly', () => {
     assert.deepEqual(ended.payload.files, files, 'the files the server has, read over REST');
   });
 
-  it('a targeted interrupt of a job that only waited does not make it cancelled when the server forgets it', async () => {
+  /**
+   * A job `id` waits in the queue; the queue node (`action`) asks the server to stop it, which `route` answers
+   * without confirming it; then the server forgets the job (taken out elsewhere) and says the queue changed.
+   * Returns the queue node's msg and the await's end.
+   */
+  async function unconfirmedThenForgotten(id, action, route) {
     let listed = true;
     server.route = (req) => {
-      if (req.url === '/api/queue')
-        return [200, { queue_running: [], queue_pending: listed ? [[0, 'w10', {}, {}, []]] : [] }];
-      if (req.url === '/api/interrupt') return [200, {}];
-      if (req.url === '/api/history/w10') return [200, {}];
-      return undefined;
+      if (req.url === '/api/queue' && req.method === 'GET')
+        return [200, { queue_running: [], queue_pending: listed ? [[0, id, {}, {}, []]] : [] }];
+      if (req.url === `/api/history/${id}`) return [200, {}];
+      return route(req);
     };
-    const { failed, queued } = await load({}, { action: 'interrupt' });
-    helper.getNode('await').receive({ prompt_id: 'w10' });
+    const { failed, queued } = await load({}, { action });
+    helper.getNode('await').receive({ prompt_id: id });
     await until(() => server.requests.some((r) => r.url === '/api/queue'), 'the first check');
     await sleep(200);
-    helper.getNode('queue').receive({ prompt_id: 'w10' });
-    await queued.next(1, 3000);
-    // Deleted from the queue elsewhere: the server forgets it, and says the queue changed.
+    helper.getNode('queue').receive({ prompt_id: id });
+    const out = await queued.next(1, 3000);
     listed = false;
     server.send({ type: 'status', data: { status: { exec_info: { queue_remaining: 0 } } } });
-    const ended = await failed.next(1, 8000);
+    return { out, ended: await failed.next(1, 8000) };
+  }
+
+  it('a targeted interrupt of a job that only waited does not make it cancelled when the server forgets it', async () => {
+    const { ended } = await unconfirmedThenForgotten('w10', 'interrupt', (req) =>
+      req.url === '/api/interrupt' ? [200, {}] : undefined,
+    );
     assert.equal(ended.payload.status, 'failed', `ended ${ended.payload.status}, not lost`);
     assert.equal(ended.payload.error.exception_type, 'JobLost');
   }).timeout(12000);
 
   it('a cancel whose delete the queue does not confirm does not make the job cancelled when the server forgets it', async () => {
-    let listed = true;
-    server.route = (req) => {
+    // The delete is answered, but the job stays in the queue: the cancel is not confirmed.
+    const { out, ended } = await unconfirmedThenForgotten('w11', 'cancel', (req) => {
       if (req.url === '/api/system_stats') return [500, { error: 'broken' }];
-      // The delete is answered, but the job stays in the queue: the cancel is not confirmed.
       if (req.url === '/api/queue' && req.method === 'POST') return [200, {}];
-      if (req.url === '/api/queue')
-        return [200, { queue_running: [], queue_pending: listed ? [[0, 'w11', {}, {}, []]] : [] }];
-      if (req.url === '/api/history/w11') return [200, {}];
       return undefined;
-    };
-    const { failed, queued } = await load({}, { action: 'cancel' });
-    helper.getNode('await').receive({ prompt_id: 'w11' });
-    await until(() => server.requests.some((r) => r.url === '/api/queue'), 'the first check');
-    await sleep(200);
-    helper.getNode('queue').receive({ prompt_id: 'w11' });
-    const out = await queued.next(1, 3000);
+    });
     assert.deepEqual(out.unconfirmed, ['w11']);
     assert.deepEqual(out.removed, []);
-    // Taken out elsewhere later: the server forgets it, and says the queue changed.
-    listed = false;
-    server.send({ type: 'status', data: { status: { exec_info: { queue_remaining: 0 } } } });
-    const ended = await failed.next(1, 8000);
     assert.equal(ended.payload.status, 'failed', `ended ${ended.payload.status}, not lost`);
     assert.equal(ended.payload.error.exception_type, 'JobLost');
   }).timeout(12000);
