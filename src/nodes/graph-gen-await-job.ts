@@ -96,7 +96,9 @@ export = function (RED: NodeAPI): void {
     const configKey = def.pool || def.server;
     const runAgain = def.runAgain === true && pool !== undefined;
     const progressEnabled = def.progress === true;
-    const rate = Number(def.previewRate);
+    // Read as text first: a saved flow may hold anything here, and Number() of an object may throw.
+    const rateText = textOf(def.previewRate);
+    const rate = rateText === undefined ? NaN : Number(rateText);
     const previewsPerSecond = Number.isFinite(rate) && rate >= 0 ? rate : DEFAULT_PREVIEW_RATE;
     const filesFrom = def.filesFrom === 'saved' || def.filesFrom === 'nodes' ? def.filesFrom : 'all';
     const fileNodes = (textOf(def.fileNodes) ?? '')

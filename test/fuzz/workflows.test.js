@@ -141,6 +141,16 @@ describe('workflow and definition readers (fuzzed)', () => {
     );
   });
 
+  it('a link whose origin slot holds a value without a toString is read as slot 0, not thrown at (found by npm run fuzz, seed 20261127)', () => {
+    const ui = JSON.parse(
+      '{"nodes": [], "links": [[1, 2, [{"toString": 1}], 3, 0, "IMAGE"], {"id": 2, "origin_id": 2, "origin_slot": {"valueOf": 1}}]}',
+    );
+    assert.deepEqual(
+      refusedInWords(() => convertUiWorkflow(ui, () => undefined, { random: () => 0 })),
+      {},
+    );
+  });
+
   it('an API workflow and a submit answer from anywhere are checked in words', () => {
     fc.assert(
       fc.property(

@@ -138,7 +138,8 @@ function readLinks(raw: unknown[]): Map<string, UiLink> {
     if (linkId === undefined || origin === undefined) continue;
     links.set(linkId, {
       originId: origin,
-      originSlot: Number(originSlot) || 0,
+      // Never Number() of an unchecked value: an array or object may hold one whose own toString throws.
+      originSlot: Number(textOf(originSlot, 20)) || 0,
       type: typeof type === 'string' ? type : '*',
     });
   }
