@@ -83,6 +83,17 @@ export function textOf(value: unknown, max = MAX_TEXT): string | undefined {
   return undefined;
 }
 
+/**
+ * A number from a setting or a msg: a finite number, or text that reads as one (spaces around it allowed);
+ * undefined for blank text and anything else. Never `Number()` of an object, whose own toString may throw.
+ */
+export function numberOf(value: unknown): number | undefined {
+  const text = (textOf(value) ?? '').trim();
+  if (text === '') return undefined;
+  const number = Number(text);
+  return Number.isFinite(number) ? number : undefined;
+}
+
 /** An RFC 3339 date-time: `2026-11-26T21:33:51.006331+00:00`, `...Z`, or without a zone (read as UTC). */
 const RFC3339_TIME = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?)([Zz]|[+-]\d{2}:\d{2})?$/;
 

@@ -9,7 +9,7 @@ import { AutomationClient, DEFAULT_KEY_HEADER, type AutomationSettings } from '.
 import type { RetryPolicy } from '../http/retry';
 import { DEFAULT_RETRY_POLICY } from '../http/retry';
 import { asServiceError, catalogTexts, connectionTestTarget, type Texts } from './node-helpers';
-import { textOf } from '../boundary/outside';
+import { numberOf } from '../boundary/outside';
 import { migrateConfig } from './config-versions';
 
 /**
@@ -47,10 +47,8 @@ interface AutomationConfigNode extends Node<AutomationCredentials> {
 }
 
 function numberSetting(value: string | number | undefined, fallback: number, min: number): number {
-  const text = (textOf(value) ?? '').trim();
-  if (text === '') return fallback;
-  const number = Number(text);
-  return Number.isFinite(number) && number >= min ? number : fallback;
+  const number = numberOf(value);
+  return number !== undefined && number >= min ? number : fallback;
 }
 
 function retryPolicy(def: Partial<AutomationConfigDef>): RetryPolicy {

@@ -12,7 +12,7 @@ import type { AuthScheme, AuthSettings } from '../http/auth';
 import { invalidInput } from '../http/errors';
 import { proxyFromEnvironment, proxyFromNode, type EnvironmentProxyOptions } from '../http/proxy';
 import { tlsOptionsOf, type TransportSettings } from '../http/transport';
-import { textOf } from '../boundary/outside';
+import { numberOf } from '../boundary/outside';
 import type { GraphGenCredentials } from './graph-gen-config-node';
 import type { Texts } from './node-helpers';
 
@@ -48,9 +48,8 @@ export function dialectOf(settings: { dialect?: unknown }): DialectName {
 
 /** A positive number setting, else the default. */
 function positive(value: string | number | undefined, unit: number, fallback: number): number {
-  const text = (textOf(value) ?? '').trim();
-  const number = Number(text);
-  return text !== '' && Number.isFinite(number) && number > 0 ? number * unit : fallback;
+  const number = numberOf(value);
+  return number !== undefined && number > 0 ? number * unit : fallback;
 }
 
 export function limitsOf(def: GraphGenConfigDef): GenerationLimits {

@@ -6,7 +6,7 @@
 import type { Node, NodeAPI, NodeDef, NodeMessageInFlow } from 'node-red';
 import { invalidInput } from '../http/errors';
 import { shownValue } from '../boundary/json-values';
-import { textOf } from '../boundary/outside';
+import { numberOf } from '../boundary/outside';
 import {
   DEFAULT_URL_LIMITS,
   readUploadSource,
@@ -75,10 +75,8 @@ function checkOriginalRef(value: unknown, texts: Texts): void {
 
 /** A positive number setting, or its default when unset or not a positive number. */
 function positive(value: unknown, fallback: number): number {
-  // A saved flow may hold anything here: read as text first, never Number() of an object.
-  const text = (textOf(value) ?? '').trim();
-  const number = Number(text);
-  return text !== '' && Number.isFinite(number) && number > 0 ? number : fallback;
+  const number = numberOf(value);
+  return number !== undefined && number > 0 ? number : fallback;
 }
 
 export = function (RED: NodeAPI) {

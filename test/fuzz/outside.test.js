@@ -6,16 +6,35 @@ const { fc, fuzzOptions, hostileJson, deepJson } = require('../support/fuzz');
 const outside = require('../../dist/boundary/outside');
 
 describe('boundary primitives (fuzzed)', () => {
-  it('textOf and errorText never throw and bound what they give', () => {
+  it('textOf, errorText and numberOf never throw and bound what they give', () => {
     fc.assert(
       fc.property(fc.oneof(hostileJson(), fc.anything()), (value) => {
         const text = outside.textOf(value, 50);
         assert.ok(text === undefined || (typeof text === 'string' && text.length <= 50));
         const words = outside.errorText(value, 50);
         assert.equal(typeof words, 'string');
+        const number = outside.numberOf(value);
+        assert.ok(number === undefined || Number.isFinite(number));
+        if (typeof value === 'object' && value !== null) assert.equal(number, undefined);
       }),
       fuzzOptions(300),
     );
+  });
+
+  it('numberOf reads finite numbers and text that is one, and nothing blank', () => {
+    for (const [value, expected] of [
+      [3, 3],
+      [' 2.5 ', 2.5],
+      ['0', 0],
+      ['', undefined],
+      ['  ', undefined],
+      ['x', undefined],
+      [Infinity, undefined],
+      [true, undefined],
+      [JSON.parse('{"toString": 1}'), undefined],
+      [[5], undefined],
+    ])
+      assert.equal(outside.numberOf(value), expected, JSON.stringify(value));
   });
 
   it('readJsonText reads what JSON.parse reads when shallow, and refuses what nests past the bound', () => {
