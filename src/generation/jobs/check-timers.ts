@@ -65,6 +65,21 @@ export class CheckTimers {
   }
 
   /**
+   * A `status` frame: the queue changed. A self-hosted server sends one per change, in order, with the count at
+   * that change (ComfyUI's PromptQueue, v0.8.0 to v0.33.0: a submit adds one, a start leaves it, an end or a
+   * deletion takes one off). A deleted job sends no event of its own, but its frame's count is lower than the
+   * one before, so a count that did not fall asks for no sweep: 10,000 submits made 2-3 reads of a list of up
+   * to 10,000 jobs for nothing, each holding the event loop for 30-70 ms. A count not given, or one with none to
+   * compare (the first on a socket, or after a frame that could not be read; socket-manager.ts) sweeps as any
+   * change did. A server that sent one frame for several changes could hide a deletion behind more submits: the
+   * next end or deletion, or the quiet check (`quietCheckMs`), finds it.
+   */
+  queueChanged(count: number | undefined, previous: number | undefined): void {
+    if (count !== undefined && previous !== undefined && count >= previous) return;
+    this.scheduleSweep();
+  }
+
+  /**
    * The queue changed: a job still waiting in it may have been deleted, which sends no event. One queue read
    * answers for every waiting job, so a sweep checks them all (one awaited after the read began, at the next
    * sweep, even if the queue says nothing more). Sweeps come at most every 2 s, and

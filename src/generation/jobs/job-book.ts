@@ -10,8 +10,9 @@
  * - once after a job is awaited (it may have ended before), unless its events already arrive on an unbroken
  *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
  *   every reconnect, for every job (events may have been missed);
- * - when the queue changes (a `status` event): every job still waiting with no event, in one read, at most every
- *   2 s and further apart the more wait (a job deleted from the queue sends no event; the sweep, check-timers.ts);
+ * - when the queue count falls (a `status` event; a job deleted from the queue sends no event): every job still
+ *   waiting with no event, in one read, at most every 2 s and further apart the more wait (the sweep,
+ *   check-timers.ts);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job; the quiet check);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
  *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
@@ -320,10 +321,10 @@ export class JobBook implements LifeHost {
     if (this.deregister || this.closed) return;
     this.stopListening = this.connection.cancels.listen((promptId, kind) => this.onCancel(promptId, kind));
     this.deregister = this.connection.sockets().register({
-      onQueueStatus: () => {
+      onQueueStatus: (count, _data, previous) => {
         // The queue changed: the next check reads it anew.
         this.queueRead = undefined;
-        this.timers.scheduleSweep();
+        this.timers.queueChanged(count, previous);
       },
       onConnectionState: (state, reconnected) => this.onConnectionState(state, reconnected),
     });

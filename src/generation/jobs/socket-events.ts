@@ -36,8 +36,15 @@ export interface JobListener {
 export type EveryJobListener = (promptId: string, event: SocketEvent) => void;
 
 export interface SocketUser {
-  /** A `status` event: the queue count when the service gave one. */
-  onQueueStatus?(queueRemaining: number | undefined, data: Record<string, unknown>): void;
+  /**
+   * A `status` event: the queue count when the service gave one, and the count of the one before it on this
+   * socket (`previousCount`), undefined for the first of a connection or after a frame that could not be read.
+   */
+  onQueueStatus?(
+    queueRemaining: number | undefined,
+    data: Record<string, unknown>,
+    previousCount?: number,
+  ): void;
   /** A `notification` event's text. */
   onNotification?(text: string, data: Record<string, unknown>): void;
   /** Open, down, unauthorized...; `reconnected` is true when an open follows an earlier connection. */

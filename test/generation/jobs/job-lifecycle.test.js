@@ -266,6 +266,45 @@ describe('job lifecycle on a self-hosted server', () => {
       // These workflows are three tiny nodes; a real one is tens of kilobytes, all in each queue entry.
       assert.ok(listBytes * 1.5 < queueBytes, `list ${listBytes} B, queue ${queueBytes} B`);
     }).timeout(30000);
+
+    it('a queue that only grows is not read; a job deleted from it (its count falls) is swept at once', async () => {
+      const { sandbox, connection, tracker } = await setUp({
+        trackerOptions: { quietCheckMs: 600_000 },
+        sandboxOptions: { events: { autoRun: false } },
+      });
+      // The sandbox's validation takes these short workflows (as bench/many-jobs.js does).
+      sandbox.generation.definitions.KSampler.input.required = { model: ['MODEL'] };
+      await connection.sockets().ready(5000);
+      const listReads = () =>
+        sandbox.counters.requests.filter(
+          (seen) => seen.method === 'GET' && (seen.path === '/api/jobs' || seen.path === '/api/queue'),
+        ).length;
+      sandbox.counters.reset();
+      // Submitted here on the open socket, each awaited at once: every submit tells a higher count (the book
+      // starts with the first await, and compares the first count it hears with the socket's last).
+      const ids = [];
+      const pending = [];
+      for (let round = 0; round < 8; round++) {
+        for (let n = 0; n < 5; n++) {
+          const { prompt_id: id } = await connection.submit(workflow());
+          ids.push(id);
+          pending.push(tracker.track(id));
+        }
+        await sleep(150);
+      }
+      // Two sweep intervals and more: a sweep on each of these 40 changes would have read the list.
+      await sleep(2500);
+      assert.equal(listReads(), 0, 'no read of the list while the queue only grew');
+      // Another client deletes a waiting job: no event of its own, only a lower count.
+      sandbox.jobs.cancel(ids[7]);
+      const started = Date.now();
+      const result = await Promise.race([pending[7], sleep(5000).then(() => 'still waiting')]);
+      assert.equal(result?.status, 'cancelled');
+      assert.ok(Date.now() - started < 3000, 'within a sweep, not the quiet check');
+      assert.ok(listReads() >= 1, 'the sweep read the list');
+      tracker.close();
+      await Promise.all(pending);
+    }).timeout(20000);
   });
 
   describe('queue reads: the list of active jobs where the server has it, else the queue', () => {
