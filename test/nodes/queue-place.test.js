@@ -4,7 +4,16 @@
 const assert = require('node:assert/strict');
 const helper = require('node-red-node-test-helper');
 const { startSandbox } = require('../../dist/sandbox');
-const { KEY, workflow, until, awaitFlow, collect, statuses, withFastSockets } = require('../support/sockets');
+const {
+  KEY,
+  workflow,
+  sleep,
+  until,
+  awaitFlow,
+  collect,
+  statuses,
+  withFastSockets,
+} = require('../support/sockets');
 const { coreNode } = require('../support/node-red');
 
 const configNode = require('../../dist/nodes/graph-gen-config.js');
@@ -57,6 +66,25 @@ describe("a waiting job's place in the queue", () => {
     sandbox.jobs.interrupt(running.id);
     assert.equal((await collect('done').next(1, 5000)).prompt_id, second.id);
     assert.equal(places(progress).length, 2, 'no place once it runs');
+  });
+
+  it('a job put before it (a submit to the front) moves it back: the queue grew, and its place is read again', async () => {
+    const { sandbox, running, first, second, progress, shown } = await queueOfThree({
+      events: { stepDelayMs: 1, concurrency: 1 },
+    });
+    await until(() => places(progress).length === 1, 'the first place');
+    assert.equal(places(progress)[0].ahead, 2);
+    // Past the reads the await made on its own: the sweep of its first status frame (it knew no count before it)
+    // and the poll of a job awaited before the socket opened (2 s).
+    await sleep(2500);
+    // As ComfyUI's `front: true` does: a number lower than every waiting job's. The count only grows.
+    const before = sandbox.jobs.submit(workflow(), 'another-client');
+    before.number = first.number - 1;
+    await until(() => places(progress).length === 2, 'the next place', 5000);
+    assert.equal(places(progress)[1].ahead, 3);
+    await until(() => shown.some((status) => status.text === 'queued: 3 ahead'), 'the status');
+    sandbox.jobs.interrupt(running.id);
+    assert.equal((await collect('done').next(1, 10000)).prompt_id, second.id);
   });
 
   it('a server that reports no run times (a cloud service without the list): the place without an estimate', async () => {

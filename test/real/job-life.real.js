@@ -71,6 +71,27 @@ describe(`real ComfyUI: a job's life`, function () {
     assert.equal(stopped.status, comfy.atLeast('0.9') ? 'cancelled' : 'failed');
   });
 
+  it('a waiting job another program deletes ends JobLost within seconds: its only sign is a lower queue count', async () => {
+    const out = await loadFlow(comfy.url, { await: { timeout: '120' } });
+    const running = await submitThrough(out, longJob(prefix('life-ahead'), { blurs: 6 }));
+    const pending = await submitThrough(out, quickJob(prefix('life-deleted')));
+    await jobReaches(running, 'in_progress', 60_000);
+    // More submits after it: counts that only grow, which ask for no read of the queue.
+    const later = [
+      await submitThrough(out, quickJob(prefix('life-later'))),
+      await submitThrough(out, quickJob(prefix('life-later'))),
+    ];
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const deleted = Date.now();
+    assert.equal((await api('/api/queue', { method: 'POST', body: { delete: [pending] } })).status, 200);
+    const msg = await endOf(out, pending, 20_000);
+    assert.equal(msg.payload.status, 'failed', JSON.stringify(msg.payload));
+    assert.equal(msg.payload.error?.exception_type, 'JobLost', JSON.stringify(msg.payload));
+    // A sweep (0.3 s after the fall) and the 2 s confirmation, not the one-minute quiet check.
+    assert.ok(Date.now() - deleted < 10_000, `ended ${Date.now() - deleted} ms after the delete`);
+    for (const id of later) assert.equal((await jobOf(id))?.status, 'pending', 'the others still wait');
+  });
+
   it('a job that ended before its cancel is not called cancelled: msg.not_queued names it, its await completes', async () => {
     const out = await loadFlow(comfy.url, { queue: { action: 'cancel' } });
     const id = await submitThrough(out, quickJob(prefix('life-ended')));

@@ -19,6 +19,8 @@ export interface TimedBook {
   readonly watches: ReadonlyMap<string, Watch>;
   /** Jobs with no event yet that are not known to run (a sweep checks them). */
   readonly waiting: Set<JobLife>;
+  /** An await of a job wants progress: its queue place is told, and changes with any change of the queue. */
+  readonly placesWanted: boolean;
   /** Jobs running now. */
   readonly running: ReadonlySet<JobLife>;
   watchOf(life: JobLife): Watch | undefined;
@@ -72,11 +74,12 @@ export class CheckTimers {
    * to 10,000 jobs for nothing, each holding the event loop for 30-70 ms. A count not given, or one with none to
    * compare (the first on a socket, or after a frame that could not be read; socket-manager.ts) sweeps as any
    * change did. A server that sent one frame for several changes could hide a deletion behind more submits: the
-   * next end or deletion, or the quiet check (`quietCheckMs`), finds it.
+   * next end or deletion, or the quiet check (`quietCheckMs`), finds it. While an await shows queue places,
+   * every change sweeps as before: a job put before the others (ComfyUI's `front`) moves every place.
    */
   queueChanged(count: number | undefined, previous: number | undefined): void {
-    if (count !== undefined && previous !== undefined && count >= previous) return;
-    this.scheduleSweep();
+    const fell = count === undefined || previous === undefined || count < previous;
+    if (fell || this.book.placesWanted) this.scheduleSweep();
   }
 
   /**

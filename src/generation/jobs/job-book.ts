@@ -10,9 +10,9 @@
  * - once after a job is awaited (it may have ended before), unless its events already arrive on an unbroken
  *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
  *   every reconnect, for every job (events may have been missed);
- * - when the queue count falls (a `status` event; a job deleted from the queue sends no event): every job still
- *   waiting with no event, in one read, at most every 2 s and further apart the more wait (the sweep,
- *   check-timers.ts);
+ * - when the queue count falls (a `status` event; a job deleted from the queue sends no event), or changes at all
+ *   while an await shows queue places: every job still waiting with no event, in one read, at most every 2 s
+ *   and further apart the more wait (the sweep, check-timers.ts);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job; the quiet check);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
  *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
@@ -100,6 +100,8 @@ export class JobBook implements LifeHost {
   /** The sweep after a queue change, the quiet checks and the silence watch (check-timers.ts). */
   private readonly timers: CheckTimers;
   private changeCount = 0;
+  /** Lives an await of which wants progress (their queue places are told). */
+  private progressLives = 0;
   private readonly checks = new Limiter(CHECKS_AT_ONCE);
   /**
    * Aborts the requests shared by the jobs (queue reads, run times) when the connection closes or the last job
@@ -121,6 +123,9 @@ export class JobBook implements LifeHost {
       timings: this.timings,
       get closed() {
         return book.closed;
+      },
+      get placesWanted() {
+        return book.progressLives > 0;
       },
       watches: this.watches,
       waiting: this.waiting,
@@ -152,12 +157,13 @@ export class JobBook implements LifeHost {
     if (present) {
       const { life } = present;
       present.awaits.push(job);
-      if (job.wantsProgress) life.wantsProgress = true;
+      if (job.wantsProgress) this.setWantsProgress(life, true);
       job.onChange(life, life.state);
       return;
     }
     this.start();
     const life = new JobLife(promptId, this, job.wantsProgress);
+    if (job.wantsProgress) this.progressLives += 1;
     const watch: Watch = {
       life,
       awaits: [job],
@@ -206,7 +212,11 @@ export class JobBook implements LifeHost {
     if (index < 0) return;
     watch.awaits.splice(index, 1);
     if (watch.awaits.length === 0) this.release(watch.life, false);
-    else watch.life.wantsProgress = watch.awaits.some((other) => other.wantsProgress);
+    else
+      this.setWantsProgress(
+        watch.life,
+        watch.awaits.some((other) => other.wantsProgress),
+      );
   }
 
   /**
@@ -225,6 +235,12 @@ export class JobBook implements LifeHost {
   /** Every job of one await's, for the tracker's summary in constant time. */
   lifeOf(promptId: string): JobLife | undefined {
     return this.watches.get(promptId)?.life;
+  }
+
+  /** Sets whether an await of a life wants progress, counting the lives that do. */
+  private setWantsProgress(life: JobLife, wants: boolean): void {
+    if (life.wantsProgress !== wants) this.progressLives += wants ? 1 : -1;
+    life.wantsProgress = wants;
   }
 
   /** Stops following every job (their awaits are the trackers' to end) and leaves the socket. */
@@ -494,6 +510,7 @@ export class JobBook implements LifeHost {
     watch.requests?.abort();
     this.watches.delete(life.promptId);
     life.watch = undefined;
+    if (life.wantsProgress) this.progressLives -= 1;
     this.waiting.delete(life);
     this.running.delete(life);
     this.firstChecks.delete(life);
