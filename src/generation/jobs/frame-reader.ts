@@ -35,7 +35,15 @@ export interface FrameSink {
   /** The connection the frames come on (counted from 1). */
   readonly epoch: number;
   job(promptId: string, event: SocketEvent): void;
-  status(queueRemaining: number | undefined, data: Record<string, unknown>): void;
+  /**
+   * A `status` frame: the queue count, and the count of the one before on this connection (`previous`), undefined
+   * for the first, or after a text frame that could not be read (it may have been one).
+   */
+  status(
+    queueRemaining: number | undefined,
+    data: Record<string, unknown>,
+    previous: number | undefined,
+  ): void;
   notification(text: string, data: Record<string, unknown>): void;
   features(data: Record<string, unknown>): void;
   drop(reason: string): void;
@@ -143,6 +151,8 @@ export class FrameReader {
   private readonly executing = new Set<string>();
   /** More than MAX_EXECUTING were seen since the queue was last empty: the one executing is not known. */
   private executingUnknown = false;
+  /** The queue count of the last `status` frame on this connection, while every text frame since was read. */
+  private queueCount?: number;
   /** When a `progress` frame was last read while no await wanted progress (see PROGRESS_READ_MS). */
   private progressReadAt = 0;
   /** The secrets in every form they may be written in, to look for in a frame. */
@@ -157,10 +167,16 @@ export class FrameReader {
     this.secretSearch = new SecretSearch(secrets);
   }
 
-  /** A new connection: nothing is known to execute on it yet. */
+  /** The queue is empty: nothing executes, whatever end events were missed. */
   reset(): void {
     this.executing.clear();
     this.executingUnknown = false;
+  }
+
+  /** A new connection: nothing is known to execute on it yet, and no count was told on it. */
+  newConnection(): void {
+    this.reset();
+    this.queueCount = undefined;
   }
 
   read(data: WebSocket.RawData, isBinary: boolean): void {
@@ -191,12 +207,15 @@ export class FrameReader {
     const text = buffer.toString('utf8');
     const read = readJsonText(text);
     if (!read.ok) {
+      // It may have been a `status` frame: the next count has none to compare with.
+      this.queueCount = undefined;
       this.unreadable(text, buffer.length, `text frame that cannot be read: ${read.reason}`);
       return;
     }
     let message = read.value;
     const type = isRecord(message) ? ownValue(message, 'type') : undefined;
     if (typeof type !== 'string' || type.length > MAX_TYPE) {
+      this.queueCount = undefined;
       this.sink.drop('text frame without a type word');
       return;
     }
@@ -212,9 +231,10 @@ export class FrameReader {
     const data = isRecord(rawData) ? rawData : {};
     if (type === 'status') {
       const queue = queueRemaining(data);
-      // An empty queue: nothing executes, whatever end events were missed.
       if (queue === 0) this.reset();
-      this.sink.status(queue, data);
+      const previous = this.queueCount;
+      this.queueCount = queue;
+      this.sink.status(queue, data, previous);
       return;
     }
     if (type === 'feature_flags') {

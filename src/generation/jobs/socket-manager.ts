@@ -116,11 +116,6 @@ export class SocketManager {
   private ws?: WebSocket;
   private currentState: ConnectionState = 'idle';
   private epochCount = 0;
-  /**
-   * The queue count of the last `status` frame on this socket, while every frame since was read: a user may
-   * compare the next with it (a fall is an end or a deletion). None on a new socket or after a dropped frame.
-   */
-  private queueCount?: number;
   private attempt = 0;
   private refused = false;
   /** Why the last try failed on the way for good (a certificate not trusted), until a socket opens. */
@@ -158,9 +153,7 @@ export class SocketManager {
         return manager.epochCount;
       },
       job: (promptId, event) => this.subscriptions.dispatch(promptId, event),
-      status: (queue, data) => {
-        const previous = this.queueCount;
-        this.queueCount = queue;
+      status: (queue, data, previous) => {
         for (const user of [...this.users]) this.safely(() => user.onQueueStatus?.(queue, data, previous));
       },
       notification: (text, data) => {
@@ -351,7 +344,6 @@ export class SocketManager {
     this.refused = false;
     this.refusedOnTheWay = undefined;
     this.epochCount += 1;
-    this.queueCount = undefined;
     this.stats.socketsOpened += 1;
     this.awaitingPong = false;
     ws.send(JSON.stringify({ type: 'feature_flags', data: { supports_preview_metadata: true } }));
@@ -383,7 +375,7 @@ export class SocketManager {
     clearInterval(this.pingTimer);
     clearTimeout(this.stableTimer);
     this.pingTimer = this.stableTimer = undefined;
-    this.frames.reset();
+    this.frames.newConnection();
     if (this.closed) return;
     if (this.currentState === 'idle') {
       // Someone subscribed or waited while this idle close was under way (ensureOpen saw the closing socket
@@ -500,8 +492,6 @@ export class SocketManager {
 
   private drop(reason: string): void {
     this.stats.framesDropped += 1;
-    // It may have been a `status` frame: the next count is compared with none.
-    this.queueCount = undefined;
     this.log('debug', `graph-gen socket: dropped a frame: ${reason}`);
   }
 

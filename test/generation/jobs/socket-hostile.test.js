@@ -115,14 +115,48 @@ describe('the frame reader: job ids and the jobs it sees executing', () => {
         seen.jobs.push(promptId);
         seen.types?.push(event.type);
       },
-      status: () => undefined,
+      status: (queue, data, previous) => seen.counts.push([queue, previous]),
       notification: () => undefined,
       features: () => undefined,
       drop: (reason) => seen.drops.push(reason),
     });
+    seen.counts = [];
     const text = (value) => frames.read(Buffer.from(JSON.stringify(value)), false);
     return { frames, seen, stats, text };
   }
+
+  it("tells each status frame's count with the one before it on the connection, none after a frame it could not read", () => {
+    const { frames, seen, text } = reader();
+    const status = (count) =>
+      text({ type: 'status', data: { status: { exec_info: { queue_remaining: count } } } });
+    status(3);
+    status(4);
+    // Frames that cannot be a status frame leave the count: a job's event, a binary frame, an event of no job.
+    text({ type: 'execution_start', data: { prompt_id: 'p1' } });
+    frames.read(Buffer.from([0, 0, 0, 1, 0, 0, 0, 2, 9, 9]), true);
+    text({ type: 'crystools.monitor', data: {} });
+    status(4);
+    // A text frame that cannot be read may have been one (a deletion's lower count): the next has none before it.
+    frames.read(Buffer.from('{"type": "status", "data": {"status": '), false);
+    status(5);
+    text({ data: { status: { exec_info: { queue_remaining: 9 } } } });
+    status(6);
+    // No count in it: the next has none to compare with either.
+    text({ type: 'status', data: {} });
+    status(6);
+    frames.newConnection();
+    status(2);
+    assert.deepEqual(seen.counts, [
+      [3, undefined],
+      [4, 3],
+      [4, 4],
+      [5, undefined],
+      [6, undefined],
+      [undefined, 6],
+      [6, undefined],
+      [2, undefined],
+    ]);
+  });
 
   it('while no await wants progress, a progress_state frame is skipped however it is written; other frames are read', () => {
     const { seen, stats, frames } = reader({ progressWanted: false });
