@@ -28,9 +28,12 @@ function reader(progressWanted) {
     progressWanted,
     epoch: 1,
     job: (promptId, event) => seen.jobs.push({ promptId, event }),
-    status: (queue, data) => {
+    status: (queue, data, previous) => {
       assert.ok(queue === undefined || Number.isFinite(queue));
       assert.equal(typeof data, 'object');
+      // The count before is the last status frame's, or none (the first, or one it could not read came since).
+      assert.ok(previous === undefined || previous === seen.lastCount, `${previous} after ${seen.lastCount}`);
+      seen.lastCount = queue;
       seen.statuses += 1;
     },
     notification: (text) => seen.notifications.push(text),
