@@ -1,6 +1,7 @@
 /**
  * The job book's timers (job-book.ts) that find jobs to check without an answer asking for it: the sweep of
- * waiting jobs after the queue changed (a job deleted from the queue sends no event), the quiet check of jobs
+ * jobs with no event yet after the queue count fell (a job deleted from the queue sends no event, nor does
+ * another program's job when it ends), the quiet check of jobs
  * with no event for long, and the silence watch (a socket the server no longer sends to, Comfy-Org/ComfyUI#16010;
  * a whole socket that says nothing). Each is one timer for all jobs, so their checks share one queue read (the
  * book's checkMany). Apart from the book because they only read its jobs and ask it to check some; what a check
@@ -17,8 +18,8 @@ export interface TimedBook {
   readonly closed: boolean;
   /** Every job awaited, by prompt_id. */
   readonly watches: ReadonlyMap<string, Watch>;
-  /** Jobs with no event yet that are not known to run (a sweep checks them). */
-  readonly waiting: Set<JobLife>;
+  /** Jobs no event of which has come yet, waiting or running (a sweep checks them). */
+  readonly unheard: Set<JobLife>;
   /** An await of a job wants progress: its queue place is told, and changes with any change of the queue. */
   readonly placesWanted: boolean;
   /** Jobs running now. */
@@ -69,10 +70,10 @@ export class CheckTimers {
   /**
    * A `status` frame: the queue changed. A self-hosted server sends one per change, in order, with the count at
    * that change (ComfyUI's PromptQueue, v0.8.0 to v0.33.0: a submit adds one, a start leaves it, an end or a
-   * deletion takes one off). A deleted job sends no event of its own, but its frame's count is lower than the
-   * one before, so a count that did not fall asks for no sweep: 10,000 submits made 2-3 reads of a list of up
+   * deletion takes one off). A deleted job sends no event of its own, nor does another program's job when it
+   * ends, but each lowers the count, so a count that did not fall asks for no sweep: 10,000 submits made 2-3 reads of a list of up
    * to 10,000 jobs for nothing, each holding the event loop for 30-70 ms. A count not given, or one with none to
-   * compare (the first on a socket, or after a frame that could not be read; socket-manager.ts) sweeps as any
+   * compare (the first on a socket, or after a frame that could not be read; frame-reader.ts) sweeps as any
    * change did. A server that sent one frame for several changes could hide a deletion behind more submits: the
    * next end or deletion, or the quiet check (`quietCheckMs`), finds it. While an await shows queue places,
    * every change sweeps as before: a job put before the others (ComfyUI's `front`) moves every place.
@@ -83,20 +84,20 @@ export class CheckTimers {
   }
 
   /**
-   * The queue changed: a job still waiting in it may have been deleted, which sends no event. One queue read
-   * answers for every waiting job, so a sweep checks them all (one awaited after the read began, at the next
-   * sweep, even if the queue says nothing more). Sweeps come at most every 2 s, and
-   * further apart the more jobs wait (SWEEP_MS_PER_WAITING_JOB): the read lists them all, and a read of 30,000
-   * held the event loop for up to 150 ms.
+   * The queue changed: a job with no event yet may have been deleted, or (another program's, seen running by a
+   * read) may have ended. One queue read answers for every such job, so a sweep checks them all (one awaited
+   * after the read began, at the next sweep, even if the queue says nothing more). Sweeps come at most every
+   * 2 s, and further apart the more jobs wait (SWEEP_MS_PER_WAITING_JOB): the read lists them all, and a read of
+   * 30,000 held the event loop for up to 150 ms.
    */
   scheduleSweep(): void {
-    if (this.sweepTimer || this.book.closed || this.book.waiting.size === 0) return;
-    const interval = Math.max(SWEEP_INTERVAL_MS, this.book.waiting.size * SWEEP_MS_PER_WAITING_JOB);
+    if (this.sweepTimer || this.book.closed || this.book.unheard.size === 0) return;
+    const interval = Math.max(SWEEP_INTERVAL_MS, this.book.unheard.size * SWEEP_MS_PER_WAITING_JOB);
     const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + interval - Date.now());
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = undefined;
       this.lastSweep = Date.now();
-      void this.book.checkMany([...this.book.waiting], true).then((leftOut) => {
+      void this.book.checkMany([...this.book.unheard], true).then((leftOut) => {
         if (leftOut) this.scheduleSweep();
       });
     }, wait);

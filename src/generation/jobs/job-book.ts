@@ -11,7 +11,8 @@
  *   socket, or it was submitted here on the socket still open (every event of it is kept or to come); after
  *   every reconnect, for every job (events may have been missed);
  * - when the queue count falls (a `status` event; a job deleted from the queue sends no event), or changes at all
- *   while an await shows queue places: every job still waiting with no event, in one read, at most every 2 s
+ *   while an await shows queue places: every job with no event yet, waiting or running (another program's job
+ *   that ends sends no event here either), in one read, at most every 2 s
  *   and further apart the more wait (the sweep, check-timers.ts);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job; the quiet check);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
@@ -88,8 +89,11 @@ export class JobBook implements LifeHost {
   /** By prompt_id. One map, not one of lives and one of their watches: 10,000 jobs make 10,000 entries. */
   private readonly watches = new Map<string, Watch>();
   private readonly results = new RecentMap<string, JobResult>(RESULTS_KEPT);
-  /** Jobs with no event yet that are not known to run: what a queue change may concern. */
-  private readonly waiting = new Set<JobLife>();
+  /**
+   * Jobs no event of which has come yet, waiting or running (as a read said): what a fall of the queue count
+   * may concern. A job deleted from the queue sends no event, nor does another program's job when it ends.
+   */
+  private readonly unheard = new Set<JobLife>();
   /** Jobs running now: what the silence watch looks at. */
   private readonly running = new Set<JobLife>();
   private readonly firstChecks = new Set<JobLife>();
@@ -128,7 +132,7 @@ export class JobBook implements LifeHost {
         return book.progressLives > 0;
       },
       watches: this.watches,
-      waiting: this.waiting,
+      unheard: this.unheard,
       running: this.running,
       watchOf: (life) => this.watchOf(life),
       checkMany: (lives, sweep) => this.checkMany(lives, sweep),
@@ -190,7 +194,7 @@ export class JobBook implements LifeHost {
     if (this.connection.cancels.kindOf(promptId) === 'removed') life.onCancel('removed');
     // Over already: by that, or by the kept events subscribe replayed (an ended life is released).
     if (life.isOver) return;
-    if (life.firstEventEpoch === undefined) this.waiting.add(life);
+    if (life.firstEventEpoch === undefined) this.unheard.add(life);
     job.onChange(life, life.state);
     this.timers.armQuietChecks();
     this.timers.armSilenceWatch();
@@ -289,9 +293,8 @@ export class JobBook implements LifeHost {
 
   changed(life: JobLife, previous: LifeState): void {
     // The sets change with the state (and the first event), not per event: a progress event only moves on.
-    if (previous !== life.state || this.waiting.has(life)) {
-      if (life.firstEventEpoch !== undefined || (life.state !== 'submitted' && life.state !== 'pending'))
-        this.waiting.delete(life);
+    if (previous !== life.state || this.unheard.has(life)) {
+      if (life.firstEventEpoch !== undefined || life.isOver) this.unheard.delete(life);
       if (life.state === 'running') {
         if (!this.running.has(life)) {
           this.running.add(life);
@@ -391,9 +394,9 @@ export class JobBook implements LifeHost {
    * where an await wants progress and the server reports run times.
    */
   private async placeWaiting(read: Extract<QueueRead, { kind: 'read' }>): Promise<void> {
-    if (this.waiting.size === 0) return;
+    if (this.unheard.size === 0) return;
     let perJobMs: number | undefined;
-    for (const life of this.waiting) {
+    for (const life of this.unheard) {
       if (!life.wantsProgress) continue;
       const now = Date.now();
       if (!this.runTime || now - this.runTime.at >= RUN_TIME_FRESH_MS) {
@@ -405,7 +408,7 @@ export class JobBook implements LifeHost {
       perJobMs = await this.runTime.ms;
       break;
     }
-    for (const life of this.waiting) {
+    for (const life of this.unheard) {
       const ahead = read.ahead.get(life.promptId);
       if (ahead === undefined) continue;
       life.onPlaced(ahead, perJobMs === undefined ? undefined : Math.round((ahead * perJobMs) / 1000));
@@ -479,8 +482,8 @@ export class JobBook implements LifeHost {
       else {
         // A sweep over a queue that could not be read asks a few jobs alone, those asked longest ago: to the back.
         if (sweep && read.kind !== 'read') {
-          this.waiting.delete(life);
-          this.waiting.add(life);
+          this.unheard.delete(life);
+          this.unheard.add(life);
         }
         alone.push(this.checkOne(life));
       }
@@ -511,7 +514,7 @@ export class JobBook implements LifeHost {
     this.watches.delete(life.promptId);
     life.watch = undefined;
     if (life.wantsProgress) this.progressLives -= 1;
-    this.waiting.delete(life);
+    this.unheard.delete(life);
     this.running.delete(life);
     this.firstChecks.delete(life);
     this.connection.sockets().unsubscribe(life.promptId, life, { ended });

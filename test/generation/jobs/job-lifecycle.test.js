@@ -267,6 +267,23 @@ describe('job lifecycle on a self-hosted server', () => {
       assert.ok(listBytes * 1.5 < queueBytes, `list ${listBytes} B, queue ${queueBytes} B`);
     }).timeout(30000);
 
+    it("another program's job, seen running by a read and never heard, ends with the count's fall: swept, not left to the silence watch", async () => {
+      const { sandbox, connection, tracker } = await setUp({ trackerOptions: { quietCheckMs: 600_000 } });
+      await connection.sockets().ready(5000);
+      // Its events go to the other program's socket: here only the queue's count changes.
+      const job = sandbox.jobs.submit(workflow(HANG), 'other-client');
+      await until(() => job.state === 'in_progress', 'the job to run');
+      const pending = tracker.track(job.id);
+      await until(() => tracker.views()[0]?.phase === 'running', 'a read to place it running');
+      await sleep(500);
+      sandbox.events.releaseHangs();
+      const ended = Date.now();
+      const result = await Promise.race([pending, sleep(5000).then(() => 'still waiting')]);
+      assert.equal(result?.status, 'completed');
+      // A sweep 0.3 s after the fall, not the silence watch's 15 s for a running job none of whose events came.
+      assert.ok(Date.now() - ended < 3000, `ended ${Date.now() - ended} ms after the job did`);
+    }).timeout(20000);
+
     it('a queue that only grows is not read; a job deleted from it (its count falls) is swept at once', async () => {
       const { sandbox, connection, tracker } = await setUp({
         trackerOptions: { quietCheckMs: 600_000 },
