@@ -1,11 +1,10 @@
 /**
- * The job book's timers (job-book.ts) that find jobs to check without an answer asking for it: the sweep of
- * jobs with no event yet after the queue count fell (a job deleted from the queue sends no event, nor does
- * another program's job when it ends), the quiet check of jobs
- * with no event for long, and the silence watch (a socket the server no longer sends to, Comfy-Org/ComfyUI#16010;
- * a whole socket that says nothing). Each is one timer for all jobs, so their checks share one queue read (the
- * book's checkMany). Apart from the book because they only read its jobs and ask it to check some; what a check
- * asks and what an answer means stay the book's and the lives'. No Node-RED inside.
+ * The job book's timers (job-book.ts) that find jobs to check without an answer asking for it: the sweep of jobs with
+ * no event yet after the queue count fell (a job deleted from the queue sends no event, nor does another program's job
+ * when it ends), the quiet check of jobs with no event for long, and the silence watch (a socket the server no longer
+ * sends to, Comfy-Org/ComfyUI#16010; a whole socket that says nothing). Each is one timer for all jobs, so their checks
+ * share one queue read (the book's checkMany). Apart from the book because they only read its jobs and ask it to check
+ * some; what a check asks and what an answer means stay the book's and the lives'. No Node-RED inside.
  */
 import type { JobLife } from './job-life';
 import type { JobEventSource } from './job-ports';
@@ -68,15 +67,15 @@ export class CheckTimers {
   }
 
   /**
-   * A `status` frame: the queue changed. A self-hosted server sends one per change, in order, with the count at
-   * that change (ComfyUI's PromptQueue, v0.8.0 to v0.33.0: a submit adds one, a start leaves it, an end or a
-   * deletion takes one off). A deleted job sends no event of its own, nor does another program's job when it
-   * ends, but each lowers the count, so a count that did not fall asks for no sweep: 10,000 submits made 2-3 reads of a list of up
-   * to 10,000 jobs for nothing, each holding the event loop for 30-70 ms. A count not given, or one with none to
-   * compare (the first on a socket, or after a frame that could not be read; frame-reader.ts) sweeps as any
-   * change did. A server that sent one frame for several changes could hide a deletion behind more submits: the
-   * next end or deletion, or the quiet check (`quietCheckMs`), finds it. While an await shows queue places,
-   * every change sweeps as before: a job put before the others (ComfyUI's `front`) moves every place.
+   * A `status` frame: the queue changed. A self-hosted server sends one per change, in order, with the count at that
+   * change (ComfyUI's PromptQueue, v0.8.0 to v0.33.0: a submit adds one, a start leaves it, an end or a deletion takes
+   * one off). A deleted job sends no event of its own, nor does another program's job when it ends, but each lowers the
+   * count, so a count that did not fall asks for no sweep: 10,000 submits made 2-3 reads of a list of up to 10,000 jobs
+   * for nothing, each holding the event loop for 30-70 ms. A count not given, or one with none to compare (the first on
+   * a socket, or after a frame that could not be read; frame-reader.ts) sweeps as any change did. A server that sent
+   * one frame for several changes could hide a deletion behind more submits: the next end or deletion, or the quiet
+   * check (`quietCheckMs`), finds it. While an await shows queue places, every change sweeps as before: a job put
+   * before the others (ComfyUI's `front`) moves every place.
    */
   queueChanged(count: number | undefined, previous: number | undefined): void {
     const fell = count === undefined || previous === undefined || count < previous;

@@ -12,8 +12,8 @@
  *   every reconnect, for every job (events may have been missed);
  * - when the queue count falls (a `status` event; a job deleted from the queue sends no event), or changes at all
  *   while an await shows queue places: every job with no event yet, waiting or running (another program's job
- *   that ends sends no event here either), in one read, at most every 2 s
- *   and further apart the more wait (the sweep, check-timers.ts);
+ *   that ends sends no event here either), in one read, at most every 2 s and further apart the more wait (the
+ *   sweep, check-timers.ts);
  * - a job with no event for `quietCheckMs`: its events may never come (another client's job; the quiet check);
  * - a running job whose events stopped while the whole socket went silent for much longer than the job's
  *   events have been apart, or, for a running job none of whose events came yet, for `silentMaxMs` (a server
@@ -166,8 +166,8 @@ export class JobBook implements LifeHost {
       return;
     }
     this.start();
-    const life = new JobLife(promptId, this, job.wantsProgress);
-    if (job.wantsProgress) this.progressLives += 1;
+    const life = new JobLife(promptId, this);
+    this.setWantsProgress(life, job.wantsProgress);
     const watch: Watch = {
       life,
       awaits: [job],
