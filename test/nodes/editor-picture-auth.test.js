@@ -134,10 +134,18 @@ describe('editor picture with adminAuth: only signed-in editor sessions get it',
     anonymous.socket.send(JSON.stringify({ subscribe: 'graph-gen/picture/#' }));
     await until(() => anonymous.closed, 'Node-RED to close the socket without a token');
 
-    const injected = await fetch(`${nodeRed.url}inject/go`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}` },
-    });
+    // Node-RED answers a deploy before it starts the new flows (flows/index.js: "Return the new revision
+    // asynchronously to the actual start"), so the inject node may not be there yet: its endpoint answers 404
+    // until it is.
+    let injected;
+    const deadline = Date.now() + 10000;
+    do {
+      injected = await fetch(`${nodeRed.url}inject/go`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}` },
+      });
+      if (injected.status === 404) await new Promise((resolve) => setTimeout(resolve, 50));
+    } while (injected.status === 404 && Date.now() < deadline);
     assert.equal(injected.status, 200);
     await until(
       () => signedIn.messages.some((m) => m.topic === 'graph-gen/picture/dl'),
