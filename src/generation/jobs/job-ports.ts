@@ -37,6 +37,11 @@ export interface JobEventSource {
   /** Which connection (counted from 1) is open: a change between two events of a job means a gap. */
   readonly epoch: number;
   readonly stats: { readonly framesReceived: number };
+  /**
+   * Down because its last try reached nothing at the address (refused, no route, no such host): no server runs
+   * there now. A source that cannot tell leaves it out.
+   */
+  readonly unreachable?: boolean;
   /** Waits (bounded) until events flow, so none of a job submitted next is missed; false if they do not. */
   ready(timeoutMs: number): Promise<boolean>;
   register(user: SocketUser): () => void;

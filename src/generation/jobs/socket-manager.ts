@@ -10,6 +10,7 @@
  */
 import WebSocket from 'ws';
 import { cleanForReport } from '../../http/errors';
+import { isNotSent } from '../../http/request-failures';
 import { transportFailure } from '../../http/transport';
 import { errorText } from '../../boundary/outside';
 import { DEFAULT_MAX_FRAME_BYTES } from './frames';
@@ -120,6 +121,8 @@ export class SocketManager {
   private refused = false;
   /** Why the last try failed on the way for good (a certificate not trusted), until a socket opens. */
   private refusedOnTheWay: string | undefined;
+  /** The last try reached nothing at the address (refused, no route, no such host): see `unreachable`. */
+  private reachedNothing = false;
   private closed = false;
   private readonly secrets: string[];
   private reconnectTimer?: NodeJS.Timeout;
@@ -184,6 +187,15 @@ export class SocketManager {
       this.options.clientId,
       this.options.token ?? this.options.apiKey,
     );
+  }
+
+  /**
+   * Whether the socket is down because its last try reached nothing at the address: the connection was refused,
+   * or no route or host was found (no server runs there now). Not for a server that answered the handshake
+   * with a refusal (a proxy that passes only REST): that server is there.
+   */
+  get unreachable(): boolean {
+    return this.reachedNothing && this.currentState === 'down';
   }
 
   /** Opens the socket if needed and waits until it is open, at most `timeoutMs`; false if it is not. */
@@ -286,6 +298,7 @@ export class SocketManager {
   }
 
   private connect(): void {
+    this.reachedNothing = false;
     this.setState(this.refused ? 'unauthorized' : 'connecting');
     let ws: WebSocket;
     try {
@@ -331,6 +344,7 @@ export class SocketManager {
       // socket end at once, as for a refused key, and the next try comes after the longest backoff.
       const failure = transportFailure(error, new URL(this.options.baseUrl).host, undefined);
       if (failure?.permanent) this.refusedOnTheWay = failure.sentence;
+      if (isNotSent(error)) this.reachedNothing = true;
       this.log('debug', `graph-gen socket error: ${errorText(error)}`);
     });
     ws.on('close', (code) => {

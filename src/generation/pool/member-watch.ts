@@ -8,8 +8,9 @@
  * |-----------------------------------------|----------------------------------------------------------------|
  * | its socket is open                      | up                                                             |
  * | a request failed (a queue read got no   | down until it answers again (a socket that never opened says   |
- * | answer in its time), or its open socket | nothing: a proxy may pass only REST)                           |
- * | closed, after its last answer           |                                                                |
+ * | answer in its time), its open socket    | nothing, unless its try was refused: a proxy may pass only     |
+ * | closed, or its socket's try reached     | REST); a submit waiting for its socket goes on at once         |
+ * | nothing there, after its last answer    |                                                                |
  * | an answer within upWithinMs             | up                                                             |
  * | its socket is down or refused, no answer| down                                                           |
  * | nothing yet                             | unknown                                                        |
@@ -59,6 +60,8 @@ export class MemberWatch {
   private definitions?: Record<string, NodeTypeDefinition>;
   private definitionsAt = 0;
   private stopSocket?: () => void;
+  /** Submits waiting for its socket (socketReady), woken when it is found down. */
+  private readonly downWaiters = new Set<() => void>();
 
   constructor(
     readonly member: PoolMember,
@@ -77,6 +80,29 @@ export class MemberWatch {
   /** A request to it failed to reach it. */
   failed(now = Date.now()): void {
     this.failedAt = now;
+    for (const wake of [...this.downWaiters]) wake();
+  }
+
+  /**
+   * Waits (bounded) for its socket, so no event of a job sent there is missed; not for a member known down, and
+   * no longer once it is (its socket's try was refused meanwhile: the submit goes on, and is refused, at once).
+   */
+  async socketReady(timeoutMs: number): Promise<void> {
+    if (this.reachability() === 'down') return;
+    let wake = () => undefined as void;
+    const down = new Promise<void>((resolve) => (wake = resolve));
+    this.downWaiters.add(wake);
+    try {
+      await Promise.race([
+        this.member.connection
+          .sockets()
+          .ready(timeoutMs)
+          .catch(() => false),
+        down,
+      ]);
+    } finally {
+      this.downWaiters.delete(wake);
+    }
   }
 
   reachability(now = Date.now()): Reachability {
@@ -93,8 +119,10 @@ export class MemberWatch {
     const sockets = this.member.connection.sockets();
     this.stopSocket = sockets.register({
       onConnectionState: (state) => {
-        // An open socket that closed: the member stopped answering on it, and is down until it answers again.
-        if (state === 'down' && this.socketState === 'open') this.failed();
+        // An open socket that closed: the member stopped answering on it, and is down until it answers again. So
+        // is one whose try reached nothing there (refused): heard by a read before, it would pass for up, and a
+        // submit would wait for its socket (socketReady) while it was stopped.
+        if (state === 'down' && (this.socketState === 'open' || sockets.unreachable === true)) this.failed();
         this.socketState = state;
         if (state === 'open') this.heard();
         changed();

@@ -364,11 +364,7 @@ export class ServerPool {
     const { connection } = watch.member;
     try {
       // Wait (bounded) for its socket, so no event of the new job is missed; not for a member known down.
-      if (watch.reachability() !== 'down')
-        await connection
-          .sockets()
-          .ready(this.timings.socketWaitMs)
-          .catch(() => false);
+      await watch.socketReady(this.timings.socketWaitMs);
       signal?.throwIfAborted();
       return await connection.submit(prompt, connection.partnerExtra(partner), signal);
     } finally {

@@ -9,6 +9,7 @@ const { orderToTry, strategyOf, POOL_STRATEGIES } = require('../../../dist/gener
 const { needsOf, lacksOf } = require('../../../dist/generation/pool/needs');
 const { defaultNodeDefinitions } = require('../../../dist/sandbox/generation-service');
 const { textToImage } = require('../../support/node-red');
+const { until } = require('../../support/sockets');
 
 /** A member as the pool sees it: up, able, nothing ahead unless said. */
 const view = (ahead = 0, reachability = 'up', able = true) => ({ reachability, able, ahead });
@@ -242,6 +243,31 @@ describe("a member's reachability from its queue reads (member-watch.ts)", () =>
     } finally {
       await connection.close();
       await restarted?.close();
+    }
+  });
+
+  it('a member heard by a read whose socket never opened is down once its socket finds nothing there, and a submit waiting for that socket goes on at once', async () => {
+    const sandbox = await startSandbox();
+    // A proxy in front that passes only REST: the handshake is answered with a refusal, the server is there.
+    sandbox.faults.add({ method: 'UPGRADE', path: '/ws', status: 503 });
+    const connection = new GenerationConnection({ baseUrl: sandbox.url, partnerKeyField: 'x' });
+    const watch = new MemberWatch({ id: 'c', name: 'C', connection }, timings);
+    try {
+      await watch.readQueue(AbortSignal.timeout(5_000));
+      watch.watchSocket(() => undefined);
+      await until(() => watch.socketState === 'down', 'the refused handshake');
+      assert.equal(watch.reachability(), 'up', 'a handshake refused says nothing of the server: heard, up');
+
+      // Stopped now: its socket's next try is refused at the door (its reconnect is a moment away).
+      await sandbox.close();
+      const started = Date.now();
+      await watch.socketReady(5_000);
+      const waited = Date.now() - started;
+      assert.equal(watch.reachability(), 'down', 'the refused try: down, though heard 0 s ago');
+      assert.ok(waited < 4_000, `waited ${waited} ms for a socket to a stopped server, not the 5 s wait`);
+      assert.equal(watch.member.connection.sockets().unreachable, true);
+    } finally {
+      await connection.close();
     }
   });
 });
