@@ -9,7 +9,7 @@ const crypto = require('node:crypto');
 const { stack, openEditor, screenshot } = require('./support/stack');
 const editor = require('./support/editor');
 const { encodePng } = require('../real/support/png');
-const { textToImage } = require('../support/node-red');
+const { textToImage, pressInject } = require('../support/node-red');
 
 /** An await-job node as its dialog saves one (the settings Node-RED checks before a deploy). */
 const AWAIT_SETTINGS = {
@@ -110,12 +110,8 @@ describe('editor: the picture under an await-job or download node', function () 
           ),
         id,
       );
-    // The editor says "deployed" once the flows are saved; on a busy machine the runtime may still be starting
-    // them, and an inject node not started yet answers 404 (CI saw it once): pressed again until it is there.
-    let status = await press();
-    for (const started = Date.now(); status === 404 && Date.now() - started < 10_000; status = await press())
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    assert.strictEqual(status, 200);
+    // The editor says "deployed" once the flows are saved; the runtime may still be starting them (CI saw it once).
+    assert.strictEqual(await pressInject(press), 200);
   }
 
   it('await job with "Picture" on draws the last image under itself, one with it off nothing; the picture stays after a tab switch and a reload', async () => {

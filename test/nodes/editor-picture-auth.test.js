@@ -12,6 +12,7 @@ const start = require('../../scripts/start.js');
 const { startSandbox } = require('../../dist/sandbox');
 const { encodePng } = require('../real/support/png');
 const { until } = require('../support/sockets');
+const { pressInject } = require('../support/node-red');
 
 const KEY = 'auth-picture-key-0451';
 const PASSWORD = 'editor-password-7788';
@@ -134,19 +135,16 @@ describe('editor picture with adminAuth: only signed-in editor sessions get it',
     anonymous.socket.send(JSON.stringify({ subscribe: 'graph-gen/picture/#' }));
     await until(() => anonymous.closed, 'Node-RED to close the socket without a token');
 
-    // Node-RED answers a deploy before it starts the new flows (flows/index.js: "Return the new revision
-    // asynchronously to the actual start"), so the inject node may not be there yet: its endpoint answers 404
-    // until it is.
-    let injected;
-    const deadline = Date.now() + 10000;
-    do {
-      injected = await fetch(`${nodeRed.url}inject/go`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}` },
-      });
-      if (injected.status === 404) await new Promise((resolve) => setTimeout(resolve, 50));
-    } while (injected.status === 404 && Date.now() < deadline);
-    assert.equal(injected.status, 200);
+    const injected = await pressInject(
+      async () =>
+        (
+          await fetch(`${nodeRed.url}inject/go`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}` },
+          })
+        ).status,
+    );
+    assert.equal(injected, 200);
     await until(
       () => signedIn.messages.some((m) => m.topic === 'graph-gen/picture/dl'),
       'the picture',

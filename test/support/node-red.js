@@ -48,4 +48,16 @@ function textToImage() {
   };
 }
 
-module.exports = { coreNode, statuses, textToImage };
+/**
+ * Presses an inject node's button through its admin endpoint (`press` sends the request and answers its HTTP status)
+ * until the node is there. Node-RED answers a deploy before it starts the new flows (flows/index.js: "Return the new
+ * revision asynchronously to the actual start"), and the endpoint answers 404 until the node has started.
+ */
+async function pressInject(press, timeoutMs = 10_000) {
+  let status = await press();
+  for (const started = Date.now(); status === 404 && Date.now() - started < timeoutMs; status = await press())
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  return status;
+}
+
+module.exports = { coreNode, statuses, textToImage, pressInject };
