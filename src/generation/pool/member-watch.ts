@@ -89,7 +89,7 @@ export class MemberWatch {
    */
   async socketReady(timeoutMs: number): Promise<void> {
     if (this.reachability() === 'down') return;
-    let wake = () => undefined as void;
+    let wake!: () => void;
     const down = new Promise<void>((resolve) => (wake = resolve));
     this.downWaiters.add(wake);
     try {
