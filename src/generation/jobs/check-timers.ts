@@ -162,26 +162,34 @@ export class CheckTimers {
     for (const life of this.book.running) {
       const watch = this.book.watchOf(life);
       if (!watch) continue;
-      if (life.events !== watch.seenEvents) {
-        if (watch.seenEvents > 0) watch.widestGap = Math.max(watch.widestGap, now - watch.lastEventAt);
-        watch.seenEvents = life.events;
-        watch.lastEventAt = now;
-        watch.silenceBackoff = 1;
+      const silence = (watch.silence ??= {
+        seenEvents: 0,
+        lastEventAt: life.awaitedAt,
+        widestGap: 0,
+        checkedAt: 0,
+        backoff: 1,
+      });
+      if (life.events !== silence.seenEvents) {
+        if (silence.seenEvents > 0)
+          silence.widestGap = Math.max(silence.widestGap, now - silence.lastEventAt);
+        silence.seenEvents = life.events;
+        silence.lastEventAt = now;
+        silence.backoff = 1;
       }
       const { silentMinMs, silentMaxMs, quietCheckMs } = this.book.timings;
       // Known to run from a check with no event seen (a resumed await, another client's job), silent since it
       // was attached: no gap to go by, so the longest usual wait.
       const usual =
-        watch.seenEvents > 0
-          ? Math.min(silentMaxMs, Math.max(silentMinMs, 4 * watch.widestGap))
+        silence.seenEvents > 0
+          ? Math.min(silentMaxMs, Math.max(silentMinMs, 4 * silence.widestGap))
           : silentMaxMs;
-      const limit = Math.min(quietCheckMs, usual * watch.silenceBackoff);
+      const limit = Math.min(quietCheckMs, usual * silence.backoff);
       if (
         now - this.lastFrameAt >= limit &&
-        now - watch.lastEventAt >= limit &&
-        now - watch.silenceCheckedAt >= limit
+        now - silence.lastEventAt >= limit &&
+        now - silence.checkedAt >= limit
       ) {
-        watch.silenceCheckedAt = now;
+        silence.checkedAt = now;
         suspects.push(life);
       }
     }
@@ -205,7 +213,7 @@ export class CheckTimers {
     lives.forEach((life, index) => {
       if (life.state !== before[index]) movedOn = true;
       const watch = this.book.watchOf(life);
-      if (watch) watch.silenceBackoff *= 2;
+      if (watch?.silence) watch.silence.backoff *= 2;
     });
     if (movedOn && sockets.isOpen && sockets.stats.framesReceived === frames) {
       this.book.log(

@@ -34,6 +34,7 @@ import type { CancelKind, CancelRegistry } from './cancels';
 import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeState } from './job-life';
 import { phaseInQueue, type LookupAnswer, type QueueRead } from './job-lookup';
 import { Limiter } from './limiter';
+import { itemsOf, withItem, withoutItem } from './one-or-many';
 import { RecentMap } from './recent-map';
 import type { ConnectionState } from './socket-manager';
 import type { JobEventSource, JobLookupPort } from './job-ports';
@@ -160,7 +161,7 @@ export class JobBook implements LifeHost {
     const present = this.watches.get(promptId);
     if (present) {
       const { life } = present;
-      present.awaits.push(job);
+      present.awaits = withItem(present.awaits, job);
       if (job.wantsProgress) this.setWantsProgress(life, true);
       job.onChange(life, life.state);
       return;
@@ -170,19 +171,14 @@ export class JobBook implements LifeHost {
     this.setWantsProgress(life, job.wantsProgress);
     const watch: Watch = {
       life,
-      awaits: [job],
+      awaits: job,
       checking: false,
       recheck: false,
       askAlone: false,
-      checkAt: Infinity,
+      checkAt: 0,
       pollDelay: this.timings.pollInitialMs,
       quietEvents: 0,
       quietTicks: 0,
-      seenEvents: 0,
-      lastEventAt: Date.now(),
-      widestGap: 0,
-      silenceCheckedAt: 0,
-      silenceBackoff: 1,
     };
     this.watches.set(promptId, watch);
     life.watch = watch;
@@ -212,15 +208,16 @@ export class JobBook implements LifeHost {
   detach(promptId: string, job: JobAwait): void {
     const watch = this.watches.get(promptId);
     if (!watch) return;
-    const index = watch.awaits.indexOf(job);
-    if (index < 0) return;
-    watch.awaits.splice(index, 1);
-    if (watch.awaits.length === 0) this.release(watch.life, false);
-    else
+    const { found, rest } = withoutItem(watch.awaits, job);
+    if (!found) return;
+    if (rest === undefined) this.release(watch.life, false);
+    else {
+      watch.awaits = rest;
       this.setWantsProgress(
         watch.life,
-        watch.awaits.some((other) => other.wantsProgress),
+        itemsOf(rest).some((other) => other.wantsProgress),
       );
+    }
   }
 
   /**
@@ -270,7 +267,7 @@ export class JobBook implements LifeHost {
     watch.checkAt = at;
     watch.checkTimer = setTimeout(() => {
       watch.checkTimer = undefined;
-      watch.checkAt = Infinity;
+      watch.checkAt = 0;
       void this.checkOne(life);
     }, delayMs);
   }
@@ -306,15 +303,15 @@ export class JobBook implements LifeHost {
     const watch = this.watchOf(life);
     if (!watch) return;
     const awaits = watch.awaits;
-    // One await is the common case: no iterator per event.
-    if (awaits.length === 1) awaits[0].onChange(life, previous);
+    // One await is the common case: no array, no iterator per event.
+    if (!Array.isArray(awaits)) awaits.onChange(life, previous);
     else for (const job of awaits) job.onChange(life, previous);
   }
 
   progress(life: JobLife, progress: JobProgress): void {
     const watch = this.watchOf(life);
     if (!watch) return;
-    for (const job of watch.awaits) if (job.wantsProgress) job.onProgress(progress);
+    for (const job of itemsOf(watch.awaits)) if (job.wantsProgress) job.onProgress(progress);
   }
 
   finished(life: JobLife, result: JobResult): void {
@@ -326,7 +323,7 @@ export class JobBook implements LifeHost {
       this.results.set(life.promptId, copyJson(result));
     // Each await gets a result no other await shares, nor the one kept: a flow may change its msg's outputs
     // in place (a change node on msg.payload), which must not reach what another await of the job is given.
-    watch.awaits.forEach((job, index) => job.onEnd(index === 0 ? result : copyJson(result)));
+    itemsOf(watch.awaits).forEach((job, index) => job.onEnd(index === 0 ? result : copyJson(result)));
   }
 
   cancelledHere(promptId: string): boolean {

@@ -5,6 +5,7 @@
  * need not import the book. No Node-RED inside.
  */
 import type { JobLife, JobProgress, JobResult, LifeState } from './job-life';
+import type { OneOrMany } from './one-or-many';
 
 export interface JobTimings {
   /** While the socket is down, each job is checked after this, growing by half each time up to `pollMaxMs`. */
@@ -40,26 +41,34 @@ export interface JobAwait {
 /** What the book keeps of a job: its life (subscribed to the socket itself), its awaits and timers. */
 export interface Watch {
   readonly life: JobLife;
-  awaits: JobAwait[];
+  /** Nearly always one: the await itself, no array (one-or-many.ts). */
+  awaits: OneOrMany<JobAwait>;
   checking: boolean;
   /** A check under way may predate something that changes its answer: check again after it. */
   recheck: boolean;
   /** The next check asks about this job alone: the events source saw it move on since the shared read. */
   askAlone: boolean;
   checkTimer?: NodeJS.Timeout;
+  /** When `checkTimer` fires; read only while it is set (0 otherwise: a small integer, no boxed number). */
   checkAt: number;
   readTimer?: NodeJS.Timeout;
   pollDelay: number;
   /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
   quietEvents: number;
   quietTicks: number;
-  /** For the silence watch: events seen, when the last came, the widest gap, the last check for silence. */
+  /** What the silence watch counts: made when it first finds the job running, so a waiting job has none. */
+  silence?: SilenceCount;
+  /** Aborts the job's own requests (its status checks, its result reads) when its last await leaves. */
+  requests?: AbortController;
+}
+
+/** What the silence watch (check-timers.ts) counts of a running job. */
+export interface SilenceCount {
+  /** Events seen, when the last came (the await, before the first), the widest gap, the last silence check. */
   seenEvents: number;
   lastEventAt: number;
   widestGap: number;
-  silenceCheckedAt: number;
+  checkedAt: number;
   /** Doubles each time a silence check finds the job still running (a long node), back to 1 on an event. */
-  silenceBackoff: number;
-  /** Aborts the job's own requests (its status checks, its result reads) when its last await leaves. */
-  requests?: AbortController;
+  backoff: number;
 }

@@ -7,6 +7,7 @@
  */
 import { errorText } from '../../boundary/outside';
 import { KeptEvents } from './kept-events';
+import { itemsOf, withItem, withoutItem, type OneOrMany } from './one-or-many';
 import type {
   BufferLimits,
   EveryJobListener,
@@ -17,8 +18,8 @@ import type {
 } from './socket-events';
 
 export class SocketSubscriptions {
-  /** By prompt_id. An array, not a Set: nearly always one listener (the book's), and 10,000 jobs make 10,000. */
-  private readonly listeners = new Map<string, JobListener[]>();
+  /** By prompt_id. Nearly always one listener (the book's): the listener itself, no array (one-or-many.ts). */
+  private readonly listeners = new Map<string, OneOrMany<JobListener>>();
   /** Listeners to every job's events; none: dispatch pays one size check. */
   private readonly everyJob = new Set<EveryJobListener>();
   /** Events of jobs nobody awaits yet, for the await that comes. */
@@ -39,9 +40,7 @@ export class SocketSubscriptions {
 
   /** Adds a listener of this job; its kept events are replayed to it by `replay`. */
   add(promptId: string, listener: JobListener): void {
-    const present = this.listeners.get(promptId);
-    if (present) present.push(listener);
-    else this.listeners.set(promptId, [listener]);
+    this.listeners.set(promptId, withItem(this.listeners.get(promptId), listener));
     this.kept.awaited(promptId);
   }
 
@@ -58,11 +57,10 @@ export class SocketSubscriptions {
    * `ended` also drops the job's later events instead of keeping them for a later await.
    */
   remove(promptId: string, listener: JobListener, ended: boolean): boolean {
-    const listeners = this.listeners.get(promptId);
-    const index = listeners ? listeners.indexOf(listener) : -1;
-    if (!listeners || index < 0) return false;
-    listeners.splice(index, 1);
-    if (listeners.length === 0) {
+    const { found, rest } = withoutItem(this.listeners.get(promptId), listener);
+    if (!found) return false;
+    if (rest !== undefined) this.listeners.set(promptId, rest);
+    else {
       this.listeners.delete(promptId);
       this.kept.release(promptId, ended);
     }
@@ -113,9 +111,9 @@ export class SocketSubscriptions {
       for (const listener of [...this.everyJob]) this.safely(() => listener(promptId, event));
     const listeners = this.listeners.get(promptId);
     if (listeners) {
-      // One listener is the common case: no copy per event.
-      if (listeners.length === 1) this.deliver(listeners[0], event);
-      else for (const listener of [...listeners]) this.deliver(listener, event);
+      // One listener is the common case: no array, no copy per event.
+      if (!Array.isArray(listeners)) this.deliver(listeners, event);
+      else for (const listener of itemsOf(listeners)) this.deliver(listener, event);
       // A job awaited after its events were kept keeps them all, for a further await of it.
       this.kept.offer(promptId, event, true);
       return;
