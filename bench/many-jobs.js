@@ -143,6 +143,15 @@ async function runClient() {
   const jobs = Number(jobsText);
   const warm = Number(warmText);
   const collect = fullCollector();
+  // BENCH_TIMELINE=<dir>: this process's monotonic clock (the one a CPU profile's times are on) beside the machine's,
+  // so bench/timeline.js can put the profile's samples next to each result's latency.
+  if (process.env.BENCH_TIMELINE) {
+    const clocks = { monotonicUs: Number(process.hrtime.bigint() / 1000n), wallMs: clock() };
+    require('node:fs').writeFileSync(
+      path.join(process.env.BENCH_TIMELINE, `clock-${process.pid}.json`),
+      JSON.stringify(clocks),
+    );
+  }
   const measure = side === 'bare' ? bareClient : classesClient;
   let gcCpu = 0;
   /** The heap after a full collection; its collections' CPU is kept out of the side's. */
@@ -183,6 +192,7 @@ async function runClient() {
       loopP99: loop.percentile(99) / 1e6,
       loopMax: loop.max / 1e6,
       completed,
+      pid: process.pid,
       ids,
       endedAt: [...endedAt],
     },
@@ -325,10 +335,20 @@ async function runSide(side, jobs, root) {
   await sandbox.call('close');
   await Promise.all([client.done, sandbox.done]);
   const latencies = [];
+  const timeline = [];
   result.ids.forEach((id, index) => {
     const sent = stats.stamps[id];
-    if (sent !== undefined && result.endedAt[index] > 0) latencies.push(result.endedAt[index] - sent);
+    if (sent === undefined || !(result.endedAt[index] > 0)) return;
+    latencies.push(result.endedAt[index] - sent);
+    timeline.push([sent, result.endedAt[index] - sent]);
   });
+  // BENCH_TIMELINE=<dir>: each result's send time and latency, for bench/timeline.js.
+  if (process.env.BENCH_TIMELINE) {
+    require('node:fs').writeFileSync(
+      path.join(process.env.BENCH_TIMELINE, `results-${root ? 'before' : side}-${jobs}-${result.pid}.json`),
+      JSON.stringify(timeline),
+    );
+  }
   latencies.sort((a, b) => a - b);
   if (result.completed !== jobs) throw new Error(`${side}: ${result.completed} of ${jobs} jobs completed`);
   return {
