@@ -20,6 +20,9 @@
 //
 // --compare <checkout>: one more side, the classes of another built checkout (a git worktree at an older
 // commit), in the same rounds: before and after a change.
+//
+// Past 400 lines: the sandbox, both clients and the report are the three roles of one file (each process is this
+// file run with its role), so what a side measures and how it is reported are read in one place.
 const { fork } = require('node:child_process');
 const { monitorEventLoopDelay, performance } = require('node:perf_hooks');
 const path = require('node:path');
