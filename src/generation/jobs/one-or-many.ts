@@ -30,7 +30,6 @@ export function withoutItem<T extends object>(
 }
 
 /** The items in order, as an array (a copy when there are more: a call may add or remove some meanwhile). */
-export function itemsOf<T extends object>(items: OneOrMany<T> | undefined): readonly T[] {
-  if (items === undefined) return [];
+export function itemsOf<T extends object>(items: OneOrMany<T>): readonly T[] {
   return Array.isArray(items) ? [...items] : [items];
 }
