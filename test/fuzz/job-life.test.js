@@ -8,6 +8,7 @@ const { fc, fuzzOptions, hostileJson, PROTOTYPE_WORDS } = require('../support/fu
 const { JobBook } = require('../../dist/generation/jobs/job-book');
 const { CancelRegistry } = require('../../dist/generation/jobs/cancels');
 const { copyJson } = require('../../dist/boundary/outside');
+const { addOutput, mergeOutput, outputsOfEntries } = require('../../dist/generation/jobs/job-outputs');
 
 const REAL_TYPES = [
   'execution_start',
@@ -207,6 +208,41 @@ describe('a job life (fuzzed)', () => {
         }
       }),
       fuzzOptions(40),
+    );
+  });
+
+  it("a running job's outputs, kept as entries, end as the same outputs as merged into one object", () => {
+    const nodeId = fc.oneof(fc.constantFrom('3', '9', '75', '__proto__', 'constructor', 'toString'), word);
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.tuple(
+            nodeId,
+            event.map((one) => one.data.output),
+          ),
+          { maxLength: 8 },
+        ),
+        (reports) => {
+          const merged = {};
+          let entries;
+          for (const [id, output] of reports) {
+            mergeOutput(merged, id, output);
+            entries = addOutput(entries, id, output);
+          }
+          const ended = outputsOfEntries(entries);
+          assert.deepEqual(Object.keys(ended), Object.keys(merged));
+          for (const id of Object.keys(merged)) {
+            assert.ok(Object.hasOwn(ended, id), `node ${id} is an own key`);
+            assert.deepEqual(ended[id], merged[id]);
+          }
+          assert.equal(
+            Object.getPrototypeOf(ended),
+            Object.prototype,
+            'a node id never changes the prototype',
+          );
+        },
+      ),
+      fuzzOptions(200),
     );
   });
 

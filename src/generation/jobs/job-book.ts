@@ -179,6 +179,9 @@ export class JobBook implements LifeHost {
       pollDelay: this.timings.pollInitialMs,
       quietEvents: 0,
       quietTicks: 0,
+      // Made when the job runs: named here, so setting it fills a slot of the record (8 B per job) instead of
+      // adding a property store of 40 B to each running job.
+      silence: undefined,
     };
     this.watches.set(promptId, watch);
     life.watch = watch;

@@ -51,7 +51,14 @@
 import { textOf } from '../../boundary/outside';
 import type { ImageType, PreviewMetadata } from './frames';
 import { UNREADABLE_EVENT } from './frame-reader';
-import { mergeOutput, filesOf, type FileReference, type JobOutputs } from './job-outputs';
+import {
+  addOutput,
+  filesOf,
+  outputsOfEntries,
+  type FileReference,
+  type JobOutputs,
+  type OutputEntries,
+} from './job-outputs';
 import { executionError, type EndedAnswer, type ExecutionError, type LookupAnswer } from './job-lookup';
 import { isTerminal } from './status-words';
 import type { ReplayedEvent } from './kept-events';
@@ -151,10 +158,10 @@ export class JobLife {
   node?: string;
   step?: { value: number; max: number };
   /**
-   * The outputs of its `executed` events, merged per node; made at the first (no empty object per job) and let
-   * go at the end (see `finish`).
+   * The outputs of its `executed` events, merged per node (job-outputs.ts says why entries, not JobOutputs); made
+   * at the first (nothing per job before) and let go at the end (see `finish`).
    */
-  private outputs?: JobOutputs;
+  private outputs?: OutputEntries;
   /** The server has known this job: an event came, or an answer placed it. */
   known = false;
   readonly awaitedAt = Date.now();
@@ -267,7 +274,7 @@ export class JobLife {
       }
       case 'executed': {
         const node = textOf(data.node ?? data.display_node, 200);
-        if (node !== undefined) mergeOutput((this.outputs ??= {}), node, data.output);
+        if (node !== undefined) this.outputs = addOutput(this.outputs, node, data.output);
         break;
       }
       case UNREADABLE_EVENT:
@@ -411,7 +418,7 @@ export class JobLife {
     if (result.status === 'failed') result.error = found?.error ?? unknownFailure();
     else {
       if (!found?.outputs) result.outputs_incomplete = true;
-      setOutputs(result, found?.outputs ?? this.outputs ?? {});
+      setOutputs(result, found?.outputs ?? outputsOfEntries(this.outputs));
     }
     this.ending = undefined;
     this.finish(result, result.status === 'failed' ? 'failed' : 'completed');
@@ -438,7 +445,7 @@ export class JobLife {
         this.startEpoch !== undefined &&
         (details.eventEpoch === undefined || details.eventEpoch === this.startEpoch);
       if (!whole && !details.outputs) return this.readResult(result);
-      setOutputs(result, (whole ? this.outputs : (details.outputs ?? this.outputs)) ?? {});
+      setOutputs(result, (!whole && details.outputs) || outputsOfEntries(this.outputs));
     }
     this.finish(result, status);
   }
