@@ -515,9 +515,16 @@ describe('server pool', function () {
         ];
         const { out } = await loadPool(sandboxes, { extra: events });
         const told = collect('told');
-        const seen = statuses('events');
+        // Every status the node set since the load (the helper spies on Node.prototype.status): it may say
+        // "watching" while loadPool waits for the members to be up, before a recorder set now would hear it.
+        const node = helper.getNode('events');
+        const shown = () =>
+          node.status
+            .getCalls()
+            .filter((call) => call.thisValue === node)
+            .map((call) => call.args[0]);
         await until(
-          () => seen.some((status) => status.text === 'watching'),
+          () => shown().some((status) => status?.text === 'watching'),
           'the node to watch every member',
         );
         // Another program's job on each member, and one through the pool.
