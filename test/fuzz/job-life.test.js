@@ -220,7 +220,7 @@ describe('a job life (fuzzed)', () => {
             nodeId,
             event.map((one) => one.data.output),
           ),
-          { maxLength: 8 },
+          { maxLength: 24 },
         ),
         (reports) => {
           const merged = {};

@@ -38,12 +38,17 @@ export function mergeOutput(outputs: JobOutputs, nodeId: string, output: unknown
 }
 
 /**
- * A running job's outputs so far: [node id, merged output], in the order the nodes first reported. Not a
- * JobOutputs until the job ends (`outputsOfEntries`): an object keyed by node ids ("3", "75") keeps them as
- * array indices, whose element store takes 190-350 B per job where this takes 120, and every running job holds
- * its outputs through the young collections into the old generation (10,000 at once in bench/many-jobs.js).
+ * A running job's outputs so far, by node id, in the order the nodes first reported. Not a JobOutputs until the
+ * job ends (`outputsOfEntries`): an object keyed by node ids ("3", "75") keeps them as array indices, whose
+ * element store takes 190-350 B per job where an array of one entry takes 120, and every running job holds its
+ * outputs through the young collections into the old generation (10,000 at once in bench/many-jobs.js). An array
+ * of [node id, output] while a job has at most ENTRIES_IN_ARRAY nodes' outputs (nearly every job), a Map past
+ * that: a server may name any number of nodes, and looking each up in an array would cost their square.
  */
-export type OutputEntries = Array<[nodeId: string, output: Record<string, unknown>]>;
+export type OutputEntries =
+  Array<[nodeId: string, output: Record<string, unknown>]> | Map<string, Record<string, unknown>>;
+
+const ENTRIES_IN_ARRAY = 8;
 
 /** `mergeOutput` for a running job's entries; the entries, made at the first output. */
 export function addOutput(
@@ -52,16 +57,21 @@ export function addOutput(
   output: unknown,
 ): OutputEntries | undefined {
   if (!isOutput(output)) return entries;
-  const entry = entries?.find(([id]) => id === nodeId);
-  if (entry) mergeFields(entry[1], output);
-  else {
-    const merged: Record<string, unknown> = {};
-    mergeFields(merged, output);
-    // The first as a literal: an array of exactly one (pushing onto an empty one reserves 17).
-    if (!entries) return [[nodeId, merged]];
-    entries.push([nodeId, merged]);
+  const present = entries instanceof Map ? entries.get(nodeId) : entries?.find(([id]) => id === nodeId)?.[1];
+  if (present) {
+    mergeFields(present, output);
+    return entries;
   }
-  return entries;
+  const merged: Record<string, unknown> = {};
+  mergeFields(merged, output);
+  // The first as a literal: an array of exactly one (pushing onto an empty one reserves 17).
+  if (!entries) return [[nodeId, merged]];
+  if (entries instanceof Map) return entries.set(nodeId, merged);
+  if (entries.length < ENTRIES_IN_ARRAY) {
+    entries.push([nodeId, merged]);
+    return entries;
+  }
+  return new Map(entries).set(nodeId, merged);
 }
 
 /** The outputs of a job that ended: its entries as JobOutputs. */

@@ -7,7 +7,12 @@ const {
   encodePreviewWithMetadata,
 } = require('../../../dist/generation/jobs/frames');
 const { phaseOfStatus, isTerminal } = require('../../../dist/generation/jobs/status-words');
-const { mergeOutput, filesOf } = require('../../../dist/generation/jobs/job-outputs');
+const {
+  addOutput,
+  mergeOutput,
+  filesOf,
+  outputsOfEntries,
+} = require('../../../dist/generation/jobs/job-outputs');
 
 const PNG = Buffer.from('89504e470d0a1a0a0000', 'hex');
 const JPEG = Buffer.from('ffd8ffe000104a464946', 'hex');
@@ -146,5 +151,23 @@ describe('job outputs', () => {
     );
     mergeOutput(outputs, '14', { images: [ref('a.png')] });
     assert.equal(filesOf(outputs).length, 4, 'the same file named twice is listed once');
+  });
+
+  it("a running job's outputs from a server that names 100,000 nodes: each merged without looking through the others", function () {
+    // Looked up in an array, each new node would be compared with every one before it (5e9 comparisons here).
+    this.timeout(5000);
+    let entries;
+    for (let node = 0; node < 100_000; node++) {
+      entries = addOutput(entries, `n${node}`, { images: [{ filename: `${node}.png` }] });
+    }
+    entries = addOutput(entries, 'n7', { images: [{ filename: 'again.png' }] });
+    const outputs = outputsOfEntries(entries);
+    const ids = Object.keys(outputs);
+    assert.equal(ids.length, 100_000);
+    assert.deepEqual(ids.slice(0, 3), ['n0', 'n1', 'n2'], 'in the order the nodes first reported');
+    assert.deepEqual(
+      outputs.n7.images.map((image) => image.filename),
+      ['7.png', 'again.png'],
+    );
   });
 });
