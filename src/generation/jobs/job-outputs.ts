@@ -88,8 +88,11 @@ function isOutput(output: unknown): output is Record<string, unknown> {
 function mergeFields(merged: Record<string, unknown>, output: Record<string, unknown>): void {
   for (const [key, value] of Object.entries(output)) {
     const existing = Object.hasOwn(merged, key) ? merged[key] : undefined;
-    if (Array.isArray(value) && Array.isArray(existing)) setOwn(merged, key, existing.concat(value));
-    else setOwn(merged, key, Array.isArray(value) ? [...value] : value);
+    if (Array.isArray(value) && Array.isArray(existing)) {
+      // Appended in place: every array of a merged record is its own copy (made below), and a new copy per
+      // report would cost the square of a node's reports (a server may send any number).
+      for (const item of value as unknown[]) existing.push(item);
+    } else setOwn(merged, key, Array.isArray(value) ? [...value] : value);
   }
 }
 

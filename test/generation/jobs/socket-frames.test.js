@@ -170,4 +170,21 @@ describe('job outputs', () => {
       ['7.png', 'again.png'],
     );
   });
+
+  it('a node that reports 100,000 times: each report appended without copying those before', function () {
+    // A copy per report would move 5e9 references here.
+    this.timeout(5000);
+    const outputs = {};
+    let entries;
+    for (let report = 0; report < 100_000; report++) {
+      const output = { images: [{ filename: `${report}.png` }], text: [String(report)] };
+      mergeOutput(outputs, '9', output);
+      entries = addOutput(entries, '9', output);
+    }
+    for (const merged of [outputs['9'], outputsOfEntries(entries)['9']]) {
+      assert.equal(merged.images.length, 100_000);
+      assert.equal(merged.images[99_999].filename, '99999.png');
+      assert.equal(merged.text.length, 100_000);
+    }
+  });
 });
