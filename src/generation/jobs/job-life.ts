@@ -25,6 +25,7 @@
  * |------------------------------------------------|------------------------------------------------------------|
  * | execution_start, executing <node>, progress     | running (its node and step)                                |
  * | executed                                       | its output merged                                          |
+ * | executed past 64 MiB of them                   | dropped as lost: the outputs from REST                     |
  * | `eventsLost` (an event dropped or unreadable)  | never ends whole from its events: the outputs from REST    |
  * | executing null                                 | the run is over: check now                                 |
  * | execution_success                              | completed; ending when events may have been missed         |
@@ -120,6 +121,12 @@ const END_EVENTS = new Map<string, 'completed' | 'failed' | 'cancelled'>([
 const ENDED_READS = 3;
 /** After `executing` null, the server may not have filed the job yet: asked again this soon. */
 const RUN_OVER_RECHECK_MS = 500;
+/**
+ * The most of a job's `executed` events (their frames' bytes) merged into its outputs, as much as a REST answer
+ * that lists them may be (job-lookup.ts): each frame is bounded, their number is not, and a server that sends
+ * outputs without end would grow one job's without end. Past it an `executed` is lost (see `eventsLost`).
+ */
+export const MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
 
 /** The error of a job that no route of the service knows any more. */
 export function jobLostError(promptId: string): ExecutionError {
@@ -162,6 +169,8 @@ export class JobLife {
    * at the first (nothing per job before) and let go at the end (see `finish`).
    */
   private outputs?: OutputEntries;
+  /** The bytes of its `executed` events so far (see MAX_OUTPUT_BYTES). */
+  private outputBytes = 0;
   /** The server has known this job: an event came, or an answer placed it. */
   known = false;
   readonly awaitedAt = Date.now();
@@ -274,7 +283,10 @@ export class JobLife {
       }
       case 'executed': {
         const node = textOf(data.node ?? data.display_node, 200);
-        if (node !== undefined) this.outputs = addOutput(this.outputs, node, data.output);
+        if (node === undefined) break;
+        this.outputBytes += event.bytes ?? 0;
+        if (this.outputBytes > MAX_OUTPUT_BYTES) this.eventsLost();
+        else this.outputs = addOutput(this.outputs, node, data.output);
         break;
       }
       case UNREADABLE_EVENT:

@@ -97,6 +97,32 @@ describe('socket frames from a hostile server', () => {
     assert.equal(failed.received.length, 0);
     for (const msg of [...done.received, ...failed.received]) assert.ok(!textOf(msg).includes(KEY));
   });
+
+  it("executed events past 64 MiB of one job's outputs are dropped as lost: the job reads its outputs from the server and ends with what it kept", async () => {
+    const { done, failed, job, send } = await awaitOne();
+    send('execution_start', {});
+    // 70 outputs of 1 MiB each: past the bound after 63 (each frame is a little more than 1 MiB).
+    const pad = 'x'.repeat(1024 * 1024);
+    for (let index = 0; index < 70; index++) {
+      send('executed', {
+        node: '3',
+        display_node: '3',
+        output: { images: [{ filename: `f${index}.png`, subfolder: '', type: 'output' }], pad },
+      });
+    }
+    send('executing', { node: null });
+    send('execution_success', {});
+    const result = (await done.next(1, 15_000)).payload;
+    assert.equal(result.prompt_id, job.id);
+    assert.equal(result.status, 'completed');
+    // The server has no outputs of this job: what the events gave, up to the bound, and said to be incomplete.
+    assert.equal(result.outputs_incomplete, true);
+    const names = result.outputs['3'].images.map((image) => image.filename);
+    assert.equal(names.length, 63);
+    assert.deepEqual(names.slice(-2), ['f61.png', 'f62.png']);
+    assert.equal(result.files.length, 63);
+    assert.equal(failed.received.length, 0);
+  });
 });
 
 describe('the frame reader: job ids and the jobs it sees executing', () => {
