@@ -246,6 +246,31 @@ describe('a job life (fuzzed)', () => {
     );
   });
 
+  it('a result longer than 256 K characters is not kept: a later await of it asks the server', () => {
+    const book = silentBook();
+    try {
+      const ended = (pad) => {
+        const id = `job-${pad.length}`;
+        book.attach(id, recorder(false));
+        const life = book.lifeOf(id);
+        life.onEvent({ type: 'execution_start', data: {}, epoch: 1 });
+        const output = { images: [{ filename: 'a.png', subfolder: '', type: 'output' }], pad };
+        life.onEvent({ type: 'executed', data: { node: '9', output }, epoch: 1, bytes: pad.length });
+        life.onEvent({ type: 'execution_success', data: {}, epoch: 1 });
+        const later = recorder(false);
+        book.attach(id, later);
+        return later;
+      };
+      const small = ended('x'.repeat(200 * 1024));
+      assert.equal(small.ends.length, 1, 'kept: the later await has it at once');
+      assert.equal(small.ends[0].outputs['9'].pad.length, 200 * 1024);
+      // This book's server never answers: the later await of the large one waits for it.
+      assert.equal(ended('x'.repeat(300 * 1024)).ends.length, 0);
+    } finally {
+      book.close();
+    }
+  });
+
   it('copyJson copies any JSON value whole, sharing no object, without recursion', () => {
     fc.assert(
       fc.property(hostileJson(), (value) => {

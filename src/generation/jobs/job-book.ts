@@ -64,6 +64,12 @@ const RUN_TIME_FRESH_MS = 60_000;
  * in a burst of 10,000 ends, against 0.2-0.3 MB with none kept. Each is kept as its JSON text (`keptText`).
  */
 const RESULTS_KEPT = 256;
+/**
+ * A result kept is at most this long as text, so the kept ones hold at most 512 of that however large a job's
+ * outputs (up to MAX_OUTPUT_BYTES each, job-life.ts); a later await of a larger one asks the server. Most results
+ * are under 2 KB.
+ */
+const KEPT_RESULT_CHARS = 256 * 1024;
 
 /**
  * Jobs a sweep asks about alone when the queue could not be read (each a request or more): a few per sweep, never
@@ -562,12 +568,13 @@ function requestsOf(watch: Watch): AbortController {
  * flow may change, and is one flat string where a copy was a graph of a dozen objects. In a burst of 10,000 ends
  * the kept results are what the young collections copy most (a sampling heap profile of bench/many-jobs.js: a
  * sixth of the bytes that outlived a young collection); a string is copied as one block. Costs what the copy
- * did (about 1 µs a result). A result that cannot be written (none should: every part came from JSON, nested
- * within MAX_JSON_DEPTH) is not kept, and a later await asks the server.
+ * did (about 1 µs a result). A result longer than KEPT_RESULT_CHARS, or one that cannot be written (none should:
+ * every part came from JSON, nested within MAX_JSON_DEPTH), is not kept, and a later await asks the server.
  */
 function keptText(result: JobResult): string | undefined {
   try {
-    return JSON.stringify(result);
+    const text = JSON.stringify(result);
+    return text.length <= KEPT_RESULT_CHARS ? text : undefined;
   } catch {
     return undefined;
   }
