@@ -8,7 +8,7 @@ const { fc, fuzzOptions, hostileJson, PROTOTYPE_WORDS } = require('../support/fu
 const { JobBook } = require('../../dist/generation/jobs/job-book');
 const { CancelRegistry } = require('../../dist/generation/jobs/cancels');
 const { copyJson } = require('../../dist/boundary/outside');
-const { addOutput, mergeOutput, outputsOfEntries } = require('../../dist/generation/jobs/job-outputs');
+const { mergeEntryOutput, mergeOutput, outputsOfEntries } = require('../../dist/generation/jobs/job-outputs');
 
 const REAL_TYPES = [
   'execution_start',
@@ -227,7 +227,7 @@ describe('a job life (fuzzed)', () => {
           let entries;
           for (const [id, output] of reports) {
             mergeOutput(merged, id, output);
-            entries = addOutput(entries, id, output);
+            entries = mergeEntryOutput(entries, id, output);
           }
           const ended = outputsOfEntries(entries);
           assert.deepEqual(Object.keys(ended), Object.keys(merged));

@@ -53,7 +53,7 @@ import { textOf } from '../../boundary/outside';
 import type { ImageType, PreviewMetadata } from './frames';
 import { UNREADABLE_EVENT } from './frame-reader';
 import {
-  addOutput,
+  mergeEntryOutput,
   filesOf,
   outputsOfEntries,
   type FileReference,
@@ -286,7 +286,7 @@ export class JobLife {
         if (node === undefined) break;
         this.outputBytes += event.bytes ?? 0;
         if (this.outputBytes > MAX_OUTPUT_BYTES) this.eventsLost();
-        else this.outputs = addOutput(this.outputs, node, data.output);
+        else this.outputs = mergeEntryOutput(this.outputs, node, data.output);
         break;
       }
       case UNREADABLE_EVENT:

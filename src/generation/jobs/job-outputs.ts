@@ -51,7 +51,7 @@ export type OutputEntries =
 const ENTRIES_IN_ARRAY = 8;
 
 /** `mergeOutput` for a running job's entries; the entries, made at the first output. */
-export function addOutput(
+export function mergeEntryOutput(
   entries: OutputEntries | undefined,
   nodeId: string,
   output: unknown,

@@ -8,7 +8,7 @@ const {
 } = require('../../../dist/generation/jobs/frames');
 const { phaseOfStatus, isTerminal } = require('../../../dist/generation/jobs/status-words');
 const {
-  addOutput,
+  mergeEntryOutput,
   mergeOutput,
   filesOf,
   outputsOfEntries,
@@ -158,9 +158,9 @@ describe('job outputs', () => {
     this.timeout(5000);
     let entries;
     for (let node = 0; node < 100_000; node++) {
-      entries = addOutput(entries, `n${node}`, { images: [{ filename: `${node}.png` }] });
+      entries = mergeEntryOutput(entries, `n${node}`, { images: [{ filename: `${node}.png` }] });
     }
-    entries = addOutput(entries, 'n7', { images: [{ filename: 'again.png' }] });
+    entries = mergeEntryOutput(entries, 'n7', { images: [{ filename: 'again.png' }] });
     const outputs = outputsOfEntries(entries);
     const ids = Object.keys(outputs);
     assert.equal(ids.length, 100_000);
@@ -179,7 +179,7 @@ describe('job outputs', () => {
     for (let report = 0; report < 100_000; report++) {
       const output = { images: [{ filename: `${report}.png` }], text: [String(report)] };
       mergeOutput(outputs, '9', output);
-      entries = addOutput(entries, '9', output);
+      entries = mergeEntryOutput(entries, '9', output);
     }
     for (const merged of [outputs['9'], outputsOfEntries(entries)['9']]) {
       assert.equal(merged.images.length, 100_000);
