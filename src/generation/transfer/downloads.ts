@@ -11,14 +11,12 @@ import { errorText, ownValue, textOf } from '../../boundary/outside';
 import { ServiceError, invalidInput } from '../../http/errors';
 import { assetIdOf } from '../jobs/job-outputs';
 import type { FileReference, OpenFile } from './rest-client';
+import { MIB, sizeText } from './size-text';
 
 /** What opens a job's output file for reading: the connection's dialect. */
 export interface FileSource {
   openFile(ref: FileReference, signal?: AbortSignal): Promise<OpenFile>;
 }
-import { MIB, sizeText } from './size-text';
-
-/** The longest asset id kept from a message (a v2 output's id is base64url JSON and a signature, ~250 characters). */
 
 function isReference(value: unknown): value is FileReference {
   return (
