@@ -38,7 +38,7 @@ import { itemsOf, withItem, withoutItem } from './one-or-many';
 import { RecentMap } from './recent-map';
 import type { ConnectionState } from './socket-manager';
 import type { JobEventSource, JobLookupPort } from './job-ports';
-import type { JobAwait, JobTimings, Watch } from './job-watch';
+import type { Asking, JobAwait, JobTimings, Watch } from './job-watch';
 import { CheckTimers } from './check-timers';
 
 export type { JobAwait, JobTimings } from './job-watch';
@@ -180,16 +180,12 @@ export class JobBook implements LifeHost {
     const watch: Watch = {
       life,
       awaits: job,
-      checking: false,
-      recheck: false,
-      askAlone: false,
-      checkAt: 0,
-      pollDelay: this.timings.pollInitialMs,
       quietEvents: 0,
       quietTicks: 0,
-      // Made when the job runs: named here, so setting it fills a slot of the record (8 B per job) instead of
-      // adding a property store of 40 B to each running job.
+      // Made when needed: named here, so setting them fills a slot of the record (8 B per job) instead of
+      // adding a property store of 40 B to each running or checked job.
       silence: undefined,
+      asking: undefined,
     };
     this.watches.set(promptId, watch);
     life.watch = watch;
@@ -212,7 +208,7 @@ export class JobBook implements LifeHost {
       this.firstChecks.add(life);
       this.firstCheckTimer ??= setTimeout(() => this.firstCheck(), this.timings.firstCheckMs);
     }
-    if (!sockets.isOpen) this.check(life, watch.pollDelay);
+    if (!sockets.isOpen) this.check(life, this.timings.pollInitialMs);
   }
 
   /** Removes an await (its node closed, or its time ran out); a life with no await left is dropped. */
@@ -240,7 +236,7 @@ export class JobBook implements LifeHost {
   checkNow(promptId: string): void {
     const watch = this.watches.get(promptId);
     if (!watch) return;
-    watch.askAlone = true;
+    this.askingOf(watch).askAlone = true;
     this.check(watch.life, 0);
   }
 
@@ -272,13 +268,14 @@ export class JobBook implements LifeHost {
   check(life: JobLife, delayMs: number): void {
     const watch = this.watchOf(life);
     if (!watch || this.closed) return;
+    const asking = this.askingOf(watch);
     const at = Date.now() + Math.max(0, delayMs);
-    if (watch.checkTimer && watch.checkAt <= at) return;
-    clearTimeout(watch.checkTimer);
-    watch.checkAt = at;
-    watch.checkTimer = setTimeout(() => {
-      watch.checkTimer = undefined;
-      watch.checkAt = 0;
+    if (asking.checkTimer && asking.checkAt <= at) return;
+    clearTimeout(asking.checkTimer);
+    asking.checkAt = at;
+    asking.checkTimer = setTimeout(() => {
+      asking.checkTimer = undefined;
+      asking.checkAt = 0;
       void this.checkOne(life);
     }, delayMs);
   }
@@ -286,10 +283,11 @@ export class JobBook implements LifeHost {
   readEnded(life: JobLife, delayMs: number): void {
     const watch = this.watchOf(life);
     if (!watch || this.closed) return;
-    clearTimeout(watch.readTimer);
-    watch.readTimer = setTimeout(() => {
-      watch.readTimer = undefined;
-      const signal = requestsOf(watch).signal;
+    const asking = this.askingOf(watch);
+    clearTimeout(asking.readTimer);
+    asking.readTimer = setTimeout(() => {
+      asking.readTimer = undefined;
+      const signal = requestsOf(asking).signal;
       this.checks
         .run(() => this.connection.lookup.ended(life.promptId, signal))
         .then(
@@ -367,7 +365,8 @@ export class JobBook implements LifeHost {
     // A queue read from before the reconnect may predate the jobs' ends.
     if (reconnected) this.queueRead = undefined;
     if (state === 'open') {
-      for (const watch of this.watches.values()) watch.pollDelay = this.timings.pollInitialMs;
+      for (const watch of this.watches.values())
+        if (watch.asking) watch.asking.pollDelay = this.timings.pollInitialMs;
       if (!reconnected) return;
       // Whatever happened while the socket was down is only known over REST; a check already under way may
       // have asked before the job ended, so it does not count as this one.
@@ -375,7 +374,8 @@ export class JobBook implements LifeHost {
       for (const life of lives) life.onReconnect();
       void this.checkMany(lives);
     } else {
-      for (const watch of this.watches.values()) this.check(watch.life, watch.pollDelay);
+      for (const watch of this.watches.values())
+        this.check(watch.life, watch.asking?.pollDelay ?? this.timings.pollInitialMs);
     }
   }
 
@@ -429,14 +429,15 @@ export class JobBook implements LifeHost {
   private async checkOne(life: JobLife): Promise<void> {
     const watch = this.watchOf(life);
     if (!watch || life.isOver) return;
-    if (watch.checking) {
-      watch.recheck = true;
+    const asking = this.askingOf(watch);
+    if (asking.checking) {
+      asking.recheck = true;
       return;
     }
-    watch.checking = true;
-    const alone = watch.askAlone;
-    watch.askAlone = false;
-    const signal = requestsOf(watch).signal;
+    asking.checking = true;
+    const alone = asking.askAlone;
+    asking.askAlone = false;
+    const signal = requestsOf(asking).signal;
     let answer: LookupAnswer | undefined;
     try {
       answer = await this.checks.run(async (): Promise<LookupAnswer | undefined> => {
@@ -449,10 +450,10 @@ export class JobBook implements LifeHost {
     } catch {
       answer = undefined; // stopped by the close, or the job's last await left
     }
-    watch.checking = false;
+    asking.checking = false;
     if (!answer || life.isOver || !this.watchOf(life)) return;
-    if (watch.recheck) {
-      watch.recheck = false;
+    if (asking.recheck) {
+      asking.recheck = false;
       void this.checkOne(life);
       return;
     }
@@ -460,8 +461,8 @@ export class JobBook implements LifeHost {
       this.log('debug', `status check of ${life.promptId}: ${answer.message}`);
     life.onAnswer(answer);
     if (!life.isOver && !this.connection.sockets().isOpen) {
-      this.check(life, watch.pollDelay);
-      watch.pollDelay = Math.min(this.timings.pollMaxMs, Math.round(watch.pollDelay * 1.5));
+      this.check(life, asking.pollDelay);
+      asking.pollDelay = Math.min(this.timings.pollMaxMs, Math.round(asking.pollDelay * 1.5));
     }
   }
 
@@ -474,8 +475,9 @@ export class JobBook implements LifeHost {
     const due = lives.filter((life) => {
       const watch = this.watchOf(life);
       if (!watch || life.isOver) return false;
-      if (watch.checking) watch.recheck = true;
-      return !watch.checking;
+      const checking = watch.asking?.checking === true;
+      if (checking) (watch.asking as Asking).recheck = true;
+      return !checking;
     });
     if (due.length === 0 || this.closed) return 0;
     const reading = this.readQueue();
@@ -518,9 +520,12 @@ export class JobBook implements LifeHost {
   private release(life: JobLife, ended: boolean): void {
     const watch = this.watchOf(life);
     if (!watch) return;
-    clearTimeout(watch.checkTimer);
-    clearTimeout(watch.readTimer);
-    watch.requests?.abort();
+    const asking = watch.asking;
+    if (asking) {
+      clearTimeout(asking.checkTimer);
+      clearTimeout(asking.readTimer);
+      asking.requests?.abort();
+    }
     this.watches.delete(life.promptId);
     life.watch = undefined;
     if (life.wantsProgress) this.progressLives -= 1;
@@ -538,6 +543,20 @@ export class JobBook implements LifeHost {
       this.deregister?.();
       this.stopListening = this.deregister = undefined;
     }
+  }
+
+  /** What the book keeps of its checks of a job, made at the first. */
+  private askingOf(watch: Watch): Asking {
+    return (watch.asking ??= {
+      checking: false,
+      recheck: false,
+      askAlone: false,
+      checkTimer: undefined,
+      checkAt: 0,
+      readTimer: undefined,
+      pollDelay: this.timings.pollInitialMs,
+      requests: undefined,
+    });
   }
 
   /** The watch of this life; none once it was released (a later life of the same prompt_id is another's). */
@@ -559,8 +578,8 @@ function sharedAborter(): AbortController {
 }
 
 /** The job's own requests' controller, made at its first request (most jobs end on their events alone). */
-function requestsOf(watch: Watch): AbortController {
-  return (watch.requests ??= new AbortController());
+function requestsOf(asking: Asking): AbortController {
+  return (asking.requests ??= new AbortController());
 }
 
 /**

@@ -155,6 +155,47 @@ export function unknownFailure(): ExecutionError {
   };
 }
 
+/** Bits of a life's `flags` (one small integer, where five booleans took five slots of every life). */
+const KNOWN = 1;
+const GAP = 2;
+const LOST_EVENTS = 4;
+const RUN_OVER = 8;
+const WANTS_PROGRESS = 16;
+
+/**
+ * `awaitedAt` is kept as milliseconds since this module loaded: a small integer, stored in the life itself,
+ * where `Date.now()` (past 2^31) is a boxed number of 16 B more for every job.
+ */
+const CLOCK_BASE = Date.now();
+
+/** What a life knows of its run: made at its first event that tells one, so a waiting job holds none. */
+interface RunDetails {
+  node?: string;
+  step?: { value: number; max: number };
+  /**
+   * The outputs of its `executed` events, merged per node (job-outputs.ts says why entries, not JobOutputs); made
+   * at the first and let go at the end (see `finish`).
+   */
+  outputs?: OutputEntries;
+  /** The bytes of its `executed` events so far (see MAX_OUTPUT_BYTES). */
+  outputBytes: number;
+  /** The connection (socket epoch) that delivered execution_start. */
+  startEpoch?: number;
+}
+
+/** What answers that concluded nothing yet have said: made at the first such answer. */
+interface Doubts {
+  /** When an answer first said no route knows the job; when one first refused the key. */
+  unknownSince?: number;
+  refusedSince?: number;
+  /** Answers that could not be read since the last one that could. */
+  unreadableStreak: number;
+}
+
+/**
+ * A life is most of what each of 10,000 waiting jobs costs: what only a running job needs (`run`) and what only
+ * doubtful answers need (`doubts`) are records made when needed, and its flags are bits of one integer.
+ */
 export class JobLife {
   state: LifeState = 'submitted';
   /**
@@ -162,32 +203,13 @@ export class JobLife {
    * and gone once the life is released (a later life of the same prompt_id has its own).
    */
   watch?: object;
-  node?: string;
-  step?: { value: number; max: number };
-  /**
-   * The outputs of its `executed` events, merged per node (job-outputs.ts says why entries, not JobOutputs); made
-   * at the first (nothing per job before) and let go at the end (see `finish`).
-   */
-  private outputs?: OutputEntries;
-  /** The bytes of its `executed` events so far (see MAX_OUTPUT_BYTES). */
-  private outputBytes = 0;
-  /** The server has known this job: an event came, or an answer placed it. */
-  known = false;
-  readonly awaitedAt = Date.now();
-  /** When an answer first said no route knows the job; when one first refused the key. */
-  private unknownSince?: number;
-  private refusedSince?: number;
-  /** Answers that could not be read since the last one that could. */
-  private unreadableStreak = 0;
-  /** `executing` null came: the run is over, and only REST can say how it ended. */
-  private runOver = false;
-  /** The connection (socket epoch) that delivered execution_start, and the first event. */
-  private startEpoch?: number;
+  /** KNOWN (an event came, or an answer placed it), GAP, LOST_EVENTS, RUN_OVER, WANTS_PROGRESS. */
+  private flags = 0;
+  private readonly awaitedMs = smallInteger(Date.now() - CLOCK_BASE);
+  private run?: RunDetails;
+  private doubts?: Doubts;
+  /** The connection (socket epoch) that delivered the first event. */
   firstEventEpoch?: number;
-  /** Events may have been missed (a reconnect, an event from another connection than the start). */
-  gap = false;
-  /** An event of it was dropped (a bound on kept events, a frame that could not be read): see `eventsLost`. */
-  private lostEvents = false;
   /** Events so far (the book reads it to see which jobs go silent). */
   events = 0;
   /** Orders changes across lives (set by the book): the latest change has the highest. */
@@ -199,9 +221,33 @@ export class JobLife {
   constructor(
     readonly promptId: string,
     private readonly host: LifeHost,
-    /** Whether an await of this job wants progress messages (the book keeps it current). */
-    public wantsProgress = false,
-  ) {}
+    wantsProgress = false,
+  ) {
+    if (wantsProgress) this.flags = WANTS_PROGRESS;
+  }
+
+  /** Whether an await of this job wants progress messages (the book keeps it current). */
+  get wantsProgress(): boolean {
+    return (this.flags & WANTS_PROGRESS) !== 0;
+  }
+
+  set wantsProgress(wants: boolean) {
+    this.flags = wants ? this.flags | WANTS_PROGRESS : this.flags & ~WANTS_PROGRESS;
+  }
+
+  /** When it was awaited (as Date.now()). */
+  get awaitedAt(): number {
+    return CLOCK_BASE + this.awaitedMs;
+  }
+
+  /** The node it runs now, and its step there (what a node's status shows). */
+  get node(): string | undefined {
+    return this.run?.node;
+  }
+
+  get step(): { value: number; max: number } | undefined {
+    return this.run?.step;
+  }
 
   /**
    * As a listener of the job's events: it needs progress-only events (previews, progress). v2's event source
@@ -223,20 +269,20 @@ export class JobLife {
    * clear it, as it clears a gap.
    */
   eventsLost(): void {
-    this.lostEvents = true;
+    this.flags |= LOST_EVENTS;
   }
 
   /** A socket event of this job. Runs for every frame: constant work, no clock reads. */
   onEvent(event: ReplayedEvent): void {
     if (this.isOver) return;
-    if (event.eventsLost) this.lostEvents = true;
+    this.flags |= event.eventsLost ? KNOWN | LOST_EVENTS : KNOWN;
     this.events += 1;
-    this.known = true;
-    this.unknownSince = undefined;
+    if (this.doubts) this.doubts.unknownSince = undefined;
     const first = this.firstEventEpoch === undefined;
     if (first) this.firstEventEpoch = event.epoch;
     const { type, data } = event;
-    if (this.startEpoch !== undefined && event.epoch !== this.startEpoch) this.gap = true;
+    const run = this.run;
+    if (run?.startEpoch !== undefined && event.epoch !== run.startEpoch) this.flags |= GAP;
     const end = END_EVENTS.get(type);
     if (end) {
       if (type === 'execution_error') this.end('failed', { error: executionError(data) });
@@ -246,8 +292,8 @@ export class JobLife {
     const previous = this.state;
     switch (type) {
       case 'execution_start':
-        this.startEpoch = event.epoch;
-        this.gap = false;
+        this.runDetails().startEpoch = event.epoch;
+        this.flags &= ~GAP;
         this.state = 'running';
         this.ahead = undefined;
         break;
@@ -255,13 +301,14 @@ export class JobLife {
         const node = data.node;
         if (node === null || node === undefined || node === '') {
           this.emit(type, data);
-          this.runOver = true;
+          this.flags |= RUN_OVER;
           this.host.check(this, 0);
           return;
         }
         const nodeText = textOf(node, 200);
-        if (nodeText !== undefined) this.setNode(nodeText);
-        this.step = undefined;
+        const details = this.runDetails();
+        if (nodeText !== undefined) setNode(details, nodeText);
+        details.step = undefined;
         this.state = 'running';
         break;
       }
@@ -272,21 +319,23 @@ export class JobLife {
         if (Number.isFinite(value) && Number.isFinite(max)) {
           // Changed in place: a new object per event, held by a long-lived job, would outlive the young
           // generation and make every scavenge copy one per job in flight.
-          if (this.step) {
-            this.step.value = value;
-            this.step.max = max;
-          } else this.step = { value, max };
+          const details = this.runDetails();
+          if (details.step) {
+            details.step.value = value;
+            details.step.max = max;
+          } else details.step = { value, max };
         }
-        if (typeof data.node === 'string') this.setNode(data.node);
+        if (typeof data.node === 'string') setNode(this.runDetails(), data.node);
         this.state = 'running';
         break;
       }
       case 'executed': {
         const node = textOf(data.node ?? data.display_node, 200);
         if (node === undefined) break;
-        this.outputBytes += event.bytes ?? 0;
-        if (this.outputBytes > MAX_OUTPUT_BYTES) this.eventsLost();
-        else this.outputs = mergeEntryOutput(this.outputs, node, data.output);
+        const details = this.runDetails();
+        details.outputBytes += event.bytes ?? 0;
+        if (details.outputBytes > MAX_OUTPUT_BYTES) this.eventsLost();
+        else details.outputs = mergeEntryOutput(details.outputs, node, data.output);
         break;
       }
       case UNREADABLE_EVENT:
@@ -321,56 +370,57 @@ export class JobLife {
   onAnswer(answer: LookupAnswer, now = Date.now()): void {
     if (this.isOver) return;
     if (answer.kind === 'phase') {
-      this.known = true;
-      this.unknownSince = this.refusedSince = undefined;
-      this.unreadableStreak = 0;
+      this.flags |= KNOWN;
+      this.doubts = undefined;
       if (isTerminal(answer.phase)) {
         this.end(answer.phase, { error: answer.error, fromRest: true, outputs: answer.outputs });
         return;
       }
       // Just after `executing` null the server may not have filed the job as ended yet.
-      if (this.runOver) this.host.check(this, RUN_OVER_RECHECK_MS);
+      if (this.flags & RUN_OVER) this.host.check(this, RUN_OVER_RECHECK_MS);
       this.onQueued(answer.phase === 'running' ? 'running' : 'pending');
       return;
     }
     if (answer.kind === 'unknown') {
-      this.unreadableStreak = 0;
-      this.refusedSince = undefined;
+      const doubts = this.doubtsSoFar();
+      doubts.unreadableStreak = 0;
+      doubts.refusedSince = undefined;
       if (this.host.cancelledHere(this.promptId)) {
         this.end('cancelled', {});
         return;
       }
       const { unknownGraceMs, lostConfirmMs } = this.host.timings;
       // A service may list a job a moment after its submit answered: never known, not lost yet.
-      if (!this.known && now - this.awaitedAt < unknownGraceMs) {
+      if (!(this.flags & KNOWN) && now - this.awaitedAt < unknownGraceMs) {
         this.host.check(this, this.awaitedAt + unknownGraceMs - now);
         return;
       }
-      this.unknownSince ??= now;
-      if (now - this.unknownSince >= lostConfirmMs) this.finishFailed(jobLostError(this.promptId), 'lost');
-      else this.host.check(this, this.unknownSince + lostConfirmMs - now);
+      doubts.unknownSince ??= now;
+      if (now - doubts.unknownSince >= lostConfirmMs) this.finishFailed(jobLostError(this.promptId), 'lost');
+      else this.host.check(this, doubts.unknownSince + lostConfirmMs - now);
       return;
     }
     // Could not be read: nothing is concluded from it.
     switch (answer.reason) {
       case 'refused': {
-        this.refusedSince ??= now;
+        const doubts = this.doubtsSoFar();
+        doubts.refusedSince ??= now;
         const { lostConfirmMs } = this.host.timings;
-        if (now - this.refusedSince >= lostConfirmMs)
+        if (now - doubts.refusedSince >= lostConfirmMs)
           this.finishFailed(refusedError(this.promptId, answer.message), 'refused');
-        else this.host.check(this, this.refusedSince + lostConfirmMs - now);
+        else this.host.check(this, doubts.refusedSince + lostConfirmMs - now);
         return;
       }
       case 'no_route':
         // The server has no route that tells: its events are all there is.
-        if (this.runOver) this.end('completed', {});
+        if (this.flags & RUN_OVER) this.end('completed', {});
         return;
       case 'unlisted':
         // Not on the page of active jobs read for all: the book's next poll reads a new page.
         return;
       default: {
-        this.unreadableStreak += 1;
-        const backoff = Math.min(this.host.timings.unreadableMaxMs, 1000 * 2 ** (this.unreadableStreak - 1));
+        const streak = ++this.doubtsSoFar().unreadableStreak;
+        const backoff = Math.min(this.host.timings.unreadableMaxMs, 1000 * 2 ** (streak - 1));
         this.host.check(this, Math.max(answer.retryAfterMs ?? 0, backoff));
       }
     }
@@ -379,8 +429,8 @@ export class JobLife {
   /** A queue read lists the job: it waits, or runs. */
   onQueued(phase: 'pending' | 'running'): void {
     if (this.isOver) return;
-    this.known = true;
-    this.unknownSince = this.refusedSince = undefined;
+    this.flags |= KNOWN;
+    if (this.doubts) this.doubts.unknownSince = this.doubts.refusedSince = undefined;
     if (this.state === phase) return;
     const previous = this.state;
     this.state = phase;
@@ -396,7 +446,7 @@ export class JobLife {
     if (this.isOver || this.state === 'running' || this.ahead === ahead) return;
     const previous = this.state;
     this.ahead = ahead;
-    this.known = true;
+    this.flags |= KNOWN;
     this.state = 'pending';
     this.host.changed(this, previous);
     if (this.wantsProgress) {
@@ -414,7 +464,7 @@ export class JobLife {
 
   /** The socket reconnected: events may have been missed meanwhile. */
   onReconnect(): void {
-    if (!this.isOver) this.gap = true;
+    if (!this.isOver) this.flags |= GAP;
   }
 
   /** The read of an ended job's outputs or error (state ending). */
@@ -430,7 +480,7 @@ export class JobLife {
     if (result.status === 'failed') result.error = found?.error ?? unknownFailure();
     else {
       if (!found?.outputs) result.outputs_incomplete = true;
-      setOutputs(result, found?.outputs ?? outputsOfEntries(this.outputs));
+      setOutputs(result, found?.outputs ?? outputsOfEntries(this.run?.outputs));
     }
     this.ending = undefined;
     this.finish(result, result.status === 'failed' ? 'failed' : 'completed');
@@ -450,14 +500,14 @@ export class JobLife {
       result.error = details.error ?? unknownFailure();
     }
     if (status === 'completed') {
+      const startEpoch = this.run?.startEpoch;
       const whole =
         !details.fromRest &&
-        !this.gap &&
-        !this.lostEvents &&
-        this.startEpoch !== undefined &&
-        (details.eventEpoch === undefined || details.eventEpoch === this.startEpoch);
+        !(this.flags & (GAP | LOST_EVENTS)) &&
+        startEpoch !== undefined &&
+        (details.eventEpoch === undefined || details.eventEpoch === startEpoch);
       if (!whole && !details.outputs) return this.readResult(result);
-      setOutputs(result, (!whole && details.outputs) || outputsOfEntries(this.outputs));
+      setOutputs(result, (!whole && details.outputs) || outputsOfEntries(this.run?.outputs));
     }
     this.finish(result, status);
   }
@@ -477,7 +527,7 @@ export class JobLife {
    */
   private finish(result: JobResult, state: LifeState): void {
     this.state = state;
-    this.outputs = undefined;
+    this.run = this.doubts = undefined;
     this.host.finished(this, result);
   }
 
@@ -486,9 +536,18 @@ export class JobLife {
     this.finish({ prompt_id: this.promptId, status: 'failed', error }, state);
   }
 
-  private setNode(node: string): void {
-    // The same node's string is kept: the old one is already old (no young object per event).
-    if (this.node !== node) this.node = node;
+  private runDetails(): RunDetails {
+    return (this.run ??= {
+      node: undefined,
+      step: undefined,
+      outputs: undefined,
+      outputBytes: 0,
+      startEpoch: undefined,
+    });
+  }
+
+  private doubtsSoFar(): Doubts {
+    return (this.doubts ??= { unknownSince: undefined, refusedSince: undefined, unreadableStreak: 0 });
   }
 
   private emit(topic: string, payload: Record<string, unknown>): void {
@@ -507,6 +566,19 @@ export class JobLife {
     if (frame.type === 4) progress.metadata = frame.metadata;
     this.host.progress(this, progress);
   }
+}
+
+/**
+ * A whole number as V8's small integer where it is one (below 2^31: 24 days after the module loaded), which a
+ * field stores in place; a difference of two `Date.now()`s is otherwise a boxed double even when whole.
+ */
+function smallInteger(value: number): number {
+  return value >= 0 && value < 2 ** 31 ? value | 0 : value;
+}
+
+/** The same node's string is kept: the old one is already old (no young object per event). */
+function setNode(run: RunDetails, node: string): void {
+  if (run.node !== node) run.node = node;
 }
 
 function setOutputs(result: JobResult, outputs: JobOutputs): void {

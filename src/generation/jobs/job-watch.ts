@@ -38,11 +38,25 @@ export interface JobAwait {
   onEnd(result: JobResult): void;
 }
 
-/** What the book keeps of a job: its life (subscribed to the socket itself), its awaits and timers. */
+/**
+ * What the book keeps of a job: its life (subscribed to the socket itself), its awaits, what the quiet check
+ * counts. What only a job the book asks about needs is its `asking`, made at the first check: most jobs end on
+ * their events alone, and 10,000 waiting jobs hold none.
+ */
 export interface Watch {
   readonly life: JobLife;
   /** Nearly always one: the await itself, no array (one-or-many.ts). */
   awaits: OneOrMany<JobAwait>;
+  /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
+  quietEvents: number;
+  quietTicks: number;
+  /** What the silence watch counts: made when it first finds the job running, so a waiting job has none. */
+  silence?: SilenceCount;
+  asking?: Asking;
+}
+
+/** The book's checks of one job: their timers, their requests, how often while the socket is down. */
+export interface Asking {
   checking: boolean;
   /** A check under way may predate something that changes its answer: check again after it. */
   recheck: boolean;
@@ -52,12 +66,8 @@ export interface Watch {
   /** When `checkTimer` fires; read only while it is set (0 otherwise: a small integer, no boxed number). */
   checkAt: number;
   readTimer?: NodeJS.Timeout;
+  /** While the socket is down, the wait before the next check (growing to `pollMaxMs`). */
   pollDelay: number;
-  /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
-  quietEvents: number;
-  quietTicks: number;
-  /** What the silence watch counts: made when it first finds the job running, so a waiting job has none. */
-  silence?: SilenceCount;
   /** Aborts the job's own requests (its status checks, its result reads) when its last await leaves. */
   requests?: AbortController;
 }
