@@ -38,7 +38,7 @@ import { itemsOf, withItem, withoutItem } from './one-or-many';
 import { RecentMap } from './recent-map';
 import type { ConnectionState } from './socket-manager';
 import type { JobEventSource, JobLookupPort } from './job-ports';
-import type { Asking, JobAwait, JobTimings, Watch } from './job-watch';
+import { askingOf, requestsOf, type Asking, type JobAwait, type JobTimings, type Watch } from './job-watch';
 import { CheckTimers } from './check-timers';
 
 export type { JobAwait, JobTimings } from './job-watch';
@@ -236,7 +236,7 @@ export class JobBook implements LifeHost {
   checkNow(promptId: string): void {
     const watch = this.watches.get(promptId);
     if (!watch) return;
-    this.askingOf(watch).askAlone = true;
+    askingOf(watch, this.timings.pollInitialMs).askAlone = true;
     this.check(watch.life, 0);
   }
 
@@ -268,7 +268,7 @@ export class JobBook implements LifeHost {
   check(life: JobLife, delayMs: number): void {
     const watch = this.watchOf(life);
     if (!watch || this.closed) return;
-    const asking = this.askingOf(watch);
+    const asking = askingOf(watch, this.timings.pollInitialMs);
     const at = Date.now() + Math.max(0, delayMs);
     if (asking.checkTimer && asking.checkAt <= at) return;
     clearTimeout(asking.checkTimer);
@@ -283,7 +283,7 @@ export class JobBook implements LifeHost {
   readEnded(life: JobLife, delayMs: number): void {
     const watch = this.watchOf(life);
     if (!watch || this.closed) return;
-    const asking = this.askingOf(watch);
+    const asking = askingOf(watch, this.timings.pollInitialMs);
     clearTimeout(asking.readTimer);
     asking.readTimer = setTimeout(() => {
       asking.readTimer = undefined;
@@ -429,7 +429,7 @@ export class JobBook implements LifeHost {
   private async checkOne(life: JobLife): Promise<void> {
     const watch = this.watchOf(life);
     if (!watch || life.isOver) return;
-    const asking = this.askingOf(watch);
+    const asking = askingOf(watch, this.timings.pollInitialMs);
     if (asking.checking) {
       asking.recheck = true;
       return;
@@ -545,20 +545,6 @@ export class JobBook implements LifeHost {
     }
   }
 
-  /** What the book keeps of its checks of a job, made at the first. */
-  private askingOf(watch: Watch): Asking {
-    return (watch.asking ??= {
-      checking: false,
-      recheck: false,
-      askAlone: false,
-      checkTimer: undefined,
-      checkAt: 0,
-      readTimer: undefined,
-      pollDelay: this.timings.pollInitialMs,
-      requests: undefined,
-    });
-  }
-
   /** The watch of this life; none once it was released (a later life of the same prompt_id is another's). */
   private watchOf(life: JobLife): Watch | undefined {
     return life.watch as Watch | undefined;
@@ -575,11 +561,6 @@ function sharedAborter(): AbortController {
   // more listeners than Node's default of 10 are expected, not a leak.
   setMaxListeners(1000, aborter.signal);
   return aborter;
-}
-
-/** The job's own requests' controller, made at its first request (most jobs end on their events alone). */
-function requestsOf(asking: Asking): AbortController {
-  return (asking.requests ??= new AbortController());
 }
 
 /**

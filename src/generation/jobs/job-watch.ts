@@ -1,8 +1,8 @@
 /**
- * What the job book (job-book.ts) keeps of each job it awaits, its Watch (the life, its awaits, its timers, what
- * the quiet and silence checks count), what it tells each await (JobAwait), and when it asks the server about
- * jobs (JobTimings): the book's records, in a module of their own so what shares them with the book (its timers)
- * need not import the book. No Node-RED inside.
+ * What the job book (job-book.ts) keeps of each job it awaits, its Watch (the life, its awaits, what the quiet and
+ * silence checks count, and its Asking: the timers and requests of its checks, made at the first), what it tells
+ * each await (JobAwait), and when it asks the server about jobs (JobTimings): the book's records, in a module of
+ * their own so what shares them with the book (its timers) need not import the book. No Node-RED inside.
  */
 import type { JobLife, JobProgress, JobResult, LifeState } from './job-life';
 import type { OneOrMany } from './one-or-many';
@@ -81,4 +81,23 @@ export interface SilenceCount {
   checkedAt: number;
   /** Doubles each time a silence check finds the job still running (a long node), back to 1 on an event. */
   backoff: number;
+}
+
+/** What the book keeps of its checks of a job, made at the first (see `Watch`). */
+export function askingOf(watch: Watch, pollInitialMs: number): Asking {
+  return (watch.asking ??= {
+    checking: false,
+    recheck: false,
+    askAlone: false,
+    checkTimer: undefined,
+    checkAt: 0,
+    readTimer: undefined,
+    pollDelay: pollInitialMs,
+    requests: undefined,
+  });
+}
+
+/** The job's own requests' controller, made at its first request (most jobs end on their events alone). */
+export function requestsOf(asking: Asking): AbortController {
+  return (asking.requests ??= new AbortController());
 }
