@@ -72,8 +72,8 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 class Await implements JobAwait, JobView {
   life?: JobLife;
   timeoutTimer?: NodeJS.Timeout;
-  previewWindowStart = 0;
-  previewsInWindow = 0;
+  /** The previews passed on in the current second (previewsPerSecond): made at the first, most awaits see none. */
+  previews?: { windowStart: number; count: number };
 
   constructor(
     private readonly tracker: JobTracker,
@@ -256,12 +256,13 @@ export class JobTracker {
     const limit = this.options.previewsPerSecond;
     if (limit <= 0) return true;
     const now = Date.now();
-    if (now - job.previewWindowStart >= 1000) {
-      job.previewWindowStart = now;
-      job.previewsInWindow = 0;
+    const previews = (job.previews ??= { windowStart: now, count: 0 });
+    if (now - previews.windowStart >= 1000) {
+      previews.windowStart = now;
+      previews.count = 0;
     }
-    if (job.previewsInWindow >= limit) return false;
-    job.previewsInWindow += 1;
+    if (previews.count >= limit) return false;
+    previews.count += 1;
     return true;
   }
 
