@@ -155,11 +155,16 @@ export function unknownFailure(): ExecutionError {
   };
 }
 
-/** Bits of a life's `flags` (one small integer, where five booleans took five slots of every life). */
+/* Bits of a life's `flags`: one small integer, where five booleans took five slots of every life. */
+/** The server has known this job: an event came, or an answer placed it. */
 const KNOWN = 1;
+/** Events may have been missed (a reconnect, an event from another connection than the start). */
 const GAP = 2;
+/** An event of it was dropped (a bound on kept events, a frame that could not be read): see `eventsLost`. */
 const LOST_EVENTS = 4;
+/** `executing` null came: the run is over, and only REST can say how it ended. */
 const RUN_OVER = 8;
+/** An await of this job wants progress messages (the book keeps it current). */
 const WANTS_PROGRESS = 16;
 
 /**
@@ -203,7 +208,7 @@ export class JobLife {
    * and gone once the life is released (a later life of the same prompt_id has its own).
    */
   watch?: object;
-  /** KNOWN (an event came, or an answer placed it), GAP, LOST_EVENTS, RUN_OVER, WANTS_PROGRESS. */
+  /** KNOWN, GAP, LOST_EVENTS, RUN_OVER, WANTS_PROGRESS (above). */
   private flags = 0;
   private readonly awaitedMs = smallInteger(Date.now() - CLOCK_BASE);
   private run?: RunDetails;
@@ -521,9 +526,9 @@ export class JobLife {
   }
 
   /**
-   * The end. The life keeps neither the result nor the outputs: it was made long before and lives in the old
-   * generation until a full collection, and what it points to would outlive every young collection with it
-   * (10,000 jobs end at once in the fan-out bench; see the README's Fan-out).
+   * The end. The life keeps neither the result nor its run details (the outputs): it was made long before and
+   * lives in the old generation until a full collection, and what it points to would outlive every young
+   * collection with it (10,000 jobs end at once in the fan-out bench; see the README's Fan-out).
    */
   private finish(result: JobResult, state: LifeState): void {
     this.state = state;
