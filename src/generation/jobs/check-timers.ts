@@ -17,8 +17,10 @@ export interface TimedBook {
   readonly closed: boolean;
   /** Every job awaited, by prompt_id. */
   readonly watches: ReadonlyMap<string, Watch>;
-  /** Jobs no event of which has come yet, waiting or running (a sweep checks them). */
-  readonly unheard: Set<JobLife>;
+  /** How many jobs no event of which has come yet, waiting or running (a sweep checks them). */
+  readonly unheardCount: number;
+  /** Those jobs, in the order a sweep asks them. */
+  unheardLives(): JobLife[];
   /** An await of a job wants progress: its queue place is told, and changes with any change of the queue. */
   readonly placesWanted: boolean;
   /** Jobs running now. */
@@ -90,13 +92,13 @@ export class CheckTimers {
    * 30,000 held the event loop for up to 150 ms.
    */
   scheduleSweep(): void {
-    if (this.sweepTimer || this.book.closed || this.book.unheard.size === 0) return;
-    const interval = Math.max(SWEEP_INTERVAL_MS, this.book.unheard.size * SWEEP_MS_PER_WAITING_JOB);
+    if (this.sweepTimer || this.book.closed || this.book.unheardCount === 0) return;
+    const interval = Math.max(SWEEP_INTERVAL_MS, this.book.unheardCount * SWEEP_MS_PER_WAITING_JOB);
     const wait = Math.max(SWEEP_SETTLE_MS, this.lastSweep + interval - Date.now());
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = undefined;
       this.lastSweep = Date.now();
-      void this.book.checkMany([...this.book.unheard], true).then((leftOut) => {
+      void this.book.checkMany(this.book.unheardLives(), true).then((leftOut) => {
         if (leftOut) this.scheduleSweep();
       });
     }, wait);

@@ -35,7 +35,7 @@ import { JobLife, type JobProgress, type JobResult, type LifeHost, type LifeStat
 import { phaseInQueue, type LookupAnswer, type QueueRead } from './job-lookup';
 import { Limiter } from './limiter';
 import { itemsOf, withItem, withoutItem } from './one-or-many';
-import { RecentMap } from './recent-map';
+import { KeptResults } from './kept-results';
 import type { ConnectionState } from './socket-manager';
 import type { JobEventSource, JobLookupPort } from './job-ports';
 import { askingOf, requestsOf, type Asking, type JobAwait, type JobTimings, type Watch } from './job-watch';
@@ -57,19 +57,6 @@ export interface BookConnection {
 const CHECKS_AT_ONCE = 25;
 /** Recent run times (for wait estimates) are read again after this long. */
 const RUN_TIME_FRESH_MS = 60_000;
-/**
- * Results of ended jobs kept for awaits that come later: at least this many of the latest (at most twice). A
- * later await of an older one asks the server, as a resumed await does. Not more: while thousands of jobs end
- * at once, each kept result is copied by the young collections until old, and 1,024 kept made them copy 2-3 MB
- * in a burst of 10,000 ends, against 0.2-0.3 MB with none kept. Each is kept as its JSON text (`keptText`).
- */
-const RESULTS_KEPT = 256;
-/**
- * A result kept is at most this long as text, so the kept ones hold at most 512 of that however large a job's
- * outputs (up to MAX_OUTPUT_BYTES each, job-life.ts); a later await of a larger one asks the server. Most results
- * are under 2 KB.
- */
-const KEPT_RESULT_CHARS = 256 * 1024;
 
 /**
  * Jobs a sweep asks about alone when the queue could not be read (each a request or more): a few per sweep, never
@@ -95,13 +82,19 @@ export class JobBook implements LifeHost {
   readonly timings: JobTimings;
   /** By prompt_id. One map, not one of lives and one of their watches: 10,000 jobs make 10,000 entries. */
   private readonly watches = new Map<string, Watch>();
-  /** Results of lately ended jobs, as JSON text (`keptText`). */
-  private readonly results = new RecentMap<string, string>(RESULTS_KEPT);
+  /** Results of lately ended jobs (kept-results.ts). */
+  private readonly results = new KeptResults();
   /**
-   * Jobs no event of which has come yet, waiting or running (as a read said): what a fall of the queue count
-   * may concern. A job deleted from the queue sends no event, nor does another program's job when it ends.
+   * How many jobs no event of which has come yet, waiting or running (as a read said; each its watch's `unheard`):
+   * what a fall of the queue count may concern. A job deleted from the queue sends no event, nor does another
+   * program's job when it ends. A mark and a count, not a set: 10,000 waiting jobs are all unheard.
    */
-  private readonly unheard = new Set<JobLife>();
+  private unheardCount = 0;
+  /**
+   * Unheard jobs a sweep over a queue that could not be read asked alone, the longest ago first: the next such
+   * sweep asks the others first (`unheardLives`). Empty while the queue can be read.
+   */
+  private readonly askedAlone = new Set<JobLife>();
   /** Jobs running now: what the silence watch looks at. */
   private readonly running = new Set<JobLife>();
   private readonly firstChecks = new Set<JobLife>();
@@ -140,7 +133,10 @@ export class JobBook implements LifeHost {
         return book.progressLives > 0;
       },
       watches: this.watches,
-      unheard: this.unheard,
+      get unheardCount() {
+        return book.unheardCount;
+      },
+      unheardLives: () => this.unheardLives(),
       running: this.running,
       watchOf: (life) => this.watchOf(life),
       checkMany: (lives, sweep) => this.checkMany(lives, sweep),
@@ -162,8 +158,7 @@ export class JobBook implements LifeHost {
     if (this.closed) return;
     const remembered = this.results.get(promptId);
     if (remembered !== undefined) {
-      // Text this book wrote from a result: read as it was written, a new object for each await.
-      job.onEnd(JSON.parse(remembered) as JobResult);
+      job.onEnd(remembered);
       return;
     }
     const present = this.watches.get(promptId);
@@ -182,6 +177,7 @@ export class JobBook implements LifeHost {
       awaits: job,
       quietEvents: 0,
       quietTicks: 0,
+      unheard: false,
       // Made when needed: named here, so setting them fills a slot of the record (8 B per job) instead of
       // adding a property store of 40 B to each running or checked job.
       silence: undefined,
@@ -197,7 +193,10 @@ export class JobBook implements LifeHost {
     if (this.connection.cancels.kindOf(promptId) === 'removed') life.onCancel('removed');
     // Over already: by that, or by the kept events subscribe replayed (an ended life is released).
     if (life.isOver) return;
-    if (life.firstEventEpoch === undefined) this.unheard.add(life);
+    if (life.firstEventEpoch === undefined) {
+      watch.unheard = true;
+      this.unheardCount += 1;
+    }
     job.onChange(life, life.state);
     this.timers.armQuietChecks();
     this.timers.armSilenceWatch();
@@ -298,9 +297,10 @@ export class JobBook implements LifeHost {
   }
 
   changed(life: JobLife, previous: LifeState): void {
-    // The sets change with the state (and the first event), not per event: a progress event only moves on.
-    if (previous !== life.state || this.unheard.has(life)) {
-      if (life.firstEventEpoch !== undefined || life.isOver) this.unheard.delete(life);
+    const watch = this.watchOf(life);
+    // The marks and sets change with the state (and the first event), not per event: a progress event moves on.
+    if (previous !== life.state || watch?.unheard) {
+      if (watch?.unheard && (life.firstEventEpoch !== undefined || life.isOver)) this.markHeard(watch);
       if (life.state === 'running') {
         if (!this.running.has(life)) {
           this.running.add(life);
@@ -309,7 +309,6 @@ export class JobBook implements LifeHost {
       } else this.running.delete(life);
     }
     life.lastChange = ++this.changeCount;
-    const watch = this.watchOf(life);
     if (!watch) return;
     const awaits = watch.awaits;
     // One await is the common case: no array, no iterator per event.
@@ -328,10 +327,8 @@ export class JobBook implements LifeHost {
     if (!watch) return;
     this.release(life, true);
     // Kept for later awaits; not a lost or refused end, which a later check may see otherwise.
-    if (life.state === 'completed' || life.state === 'failed' || life.state === 'cancelled') {
-      const kept = keptText(result);
-      if (kept !== undefined) this.results.set(life.promptId, kept);
-    }
+    if (life.state === 'completed' || life.state === 'failed' || life.state === 'cancelled')
+      this.results.keep(life.promptId, result);
     // Each await gets a result no other await shares, nor the one kept: a flow may change its msg's outputs
     // in place (a change node on msg.payload), which must not reach what another await of the job is given.
     itemsOf(watch.awaits).forEach((job, index) => job.onEnd(index === 0 ? result : copyJson(result)));
@@ -404,9 +401,10 @@ export class JobBook implements LifeHost {
    * where an await wants progress and the server reports run times.
    */
   private async placeWaiting(read: Extract<QueueRead, { kind: 'read' }>): Promise<void> {
-    if (this.unheard.size === 0) return;
+    if (this.unheardCount === 0) return;
+    const unheard = this.unheardLives();
     let perJobMs: number | undefined;
-    for (const life of this.unheard) {
+    for (const life of unheard) {
       if (!life.wantsProgress) continue;
       const now = Date.now();
       if (!this.runTime || now - this.runTime.at >= RUN_TIME_FRESH_MS) {
@@ -418,7 +416,7 @@ export class JobBook implements LifeHost {
       perJobMs = await this.runTime.ms;
       break;
     }
-    for (const life of this.unheard) {
+    for (const life of unheard) {
       const ahead = read.ahead.get(life.promptId);
       if (ahead === undefined) continue;
       life.onPlaced(ahead, perJobMs === undefined ? undefined : Math.round((ahead * perJobMs) / 1000));
@@ -494,8 +492,8 @@ export class JobBook implements LifeHost {
       else {
         // A sweep over a queue that could not be read asks a few jobs alone, those asked longest ago: to the back.
         if (sweep && read.kind !== 'read') {
-          this.unheard.delete(life);
-          this.unheard.add(life);
+          this.askedAlone.delete(life);
+          this.askedAlone.add(life);
         }
         alone.push(this.checkOne(life));
       }
@@ -529,7 +527,8 @@ export class JobBook implements LifeHost {
     this.watches.delete(life.promptId);
     life.watch = undefined;
     if (life.wantsProgress) this.progressLives -= 1;
-    this.unheard.delete(life);
+    if (watch.unheard) this.markHeard(watch);
+    this.askedAlone.delete(life);
     this.running.delete(life);
     this.firstChecks.delete(life);
     this.connection.sockets().unsubscribe(life.promptId, life, { ended });
@@ -543,6 +542,23 @@ export class JobBook implements LifeHost {
       this.deregister?.();
       this.stopListening = this.deregister = undefined;
     }
+  }
+
+  /**
+   * The jobs no event of which has come yet, in the order a sweep asks them: those no sweep asked alone in the
+   * order they were awaited, then those asked alone, the longest ago first.
+   */
+  private unheardLives(): JobLife[] {
+    const lives: JobLife[] = [];
+    for (const watch of this.watches.values())
+      if (watch.unheard && !this.askedAlone.has(watch.life)) lives.push(watch.life);
+    for (const life of this.askedAlone) if (this.watchOf(life)?.unheard) lives.push(life);
+    return lives;
+  }
+
+  private markHeard(watch: Watch): void {
+    watch.unheard = false;
+    this.unheardCount -= 1;
   }
 
   /** The watch of this life; none once it was released (a later life of the same prompt_id is another's). */
@@ -561,21 +577,4 @@ function sharedAborter(): AbortController {
   // more listeners than Node's default of 10 are expected, not a leak.
   setMaxListeners(1000, aborter.signal);
   return aborter;
-}
-
-/**
- * A result as it is kept for later awaits: its JSON text, which shares nothing with the result the first await's
- * flow may change, and is one flat string where a copy was a graph of a dozen objects. In a burst of 10,000 ends
- * the kept results are what the young collections copy most (a sampling heap profile of bench/many-jobs.js: a
- * sixth of the bytes that outlived a young collection); a string is copied as one block. Costs what the copy
- * did (about 1 µs a result). A result longer than KEPT_RESULT_CHARS, or one that cannot be written (none should:
- * every part came from JSON, nested within MAX_JSON_DEPTH), is not kept, and a later await asks the server.
- */
-function keptText(result: JobResult): string | undefined {
-  try {
-    const text = JSON.stringify(result);
-    return text.length <= KEPT_RESULT_CHARS ? text : undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -50,6 +50,8 @@ export interface Watch {
   /** For the quiet check: the life's event count at the last tick, and ticks since it changed. */
   quietEvents: number;
   quietTicks: number;
+  /** No event of the job has come yet, and it is not over (the book counts these: a sweep checks them). */
+  unheard: boolean;
   /** What the silence watch counts: made when it first finds the job running, so a waiting job has none. */
   silence?: SilenceCount;
   asking?: Asking;
