@@ -38,7 +38,7 @@ import { itemsOf, withItem, withoutItem } from './one-or-many';
 import { KeptResults } from './kept-results';
 import type { ConnectionState } from './socket-manager';
 import type { JobEventSource, JobLookupPort } from './job-ports';
-import { askingOf, requestsOf, type Asking, type JobAwait, type JobTimings, type Watch } from './job-watch';
+import { askingOf, requestsOf, type JobAwait, type JobTimings, type Watch } from './job-watch';
 import { CheckTimers } from './check-timers';
 
 export type { JobAwait, JobTimings } from './job-watch';
@@ -402,10 +402,9 @@ export class JobBook implements LifeHost {
    */
   private async placeWaiting(read: Extract<QueueRead, { kind: 'read' }>): Promise<void> {
     if (this.unheardCount === 0) return;
-    const unheard = this.unheardLives();
     let perJobMs: number | undefined;
-    for (const life of unheard) {
-      if (!life.wantsProgress) continue;
+    for (const { life, unheard } of this.watches.values()) {
+      if (!unheard || !life.wantsProgress) continue;
       const now = Date.now();
       if (!this.runTime || now - this.runTime.at >= RUN_TIME_FRESH_MS) {
         this.runTime = {
@@ -416,8 +415,9 @@ export class JobBook implements LifeHost {
       perJobMs = await this.runTime.ms;
       break;
     }
-    for (const life of unheard) {
-      const ahead = read.ahead.get(life.promptId);
+    // The jobs unheard now, after the wait: one awaited meanwhile is placed too, one heard meanwhile is not.
+    for (const { life, unheard } of this.watches.values()) {
+      const ahead = unheard ? read.ahead.get(life.promptId) : undefined;
       if (ahead === undefined) continue;
       life.onPlaced(ahead, perJobMs === undefined ? undefined : Math.round((ahead * perJobMs) / 1000));
     }
@@ -473,9 +473,9 @@ export class JobBook implements LifeHost {
     const due = lives.filter((life) => {
       const watch = this.watchOf(life);
       if (!watch || life.isOver) return false;
-      const checking = watch.asking?.checking === true;
-      if (checking) (watch.asking as Asking).recheck = true;
-      return !checking;
+      if (!watch.asking?.checking) return true;
+      watch.asking.recheck = true;
+      return false;
     });
     if (due.length === 0 || this.closed) return 0;
     const reading = this.readQueue();
